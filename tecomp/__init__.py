@@ -1,0 +1,69 @@
+"""tecomp: a tensor-expression compiler with exact zero elimination for fast derivatives.
+
+Declare tensors element-wise with index lambdas, differentiate them, and build kernels::
+
+    import tecomp as tc
+    n = tc.var("n")
+    A = tc.placeholder((n, 64), name="A")
+    k = tc.reduce_axis(64, name="k")
+    S = tc.compute((n,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="S")
+    print(tc.show(S))
+
+See ``DESIGN.md`` of the project for the full public contract.
+"""
+
+from .dsl import (
+    abs,
+    all,
+    any,
+    cast,
+    ceil,
+    compute,
+    const,
+    cos,
+    eq,
+    erf,
+    exp,
+    floor,
+    if_then_else,
+    log,
+    max,
+    maximum,
+    min,
+    minimum,
+    ne,
+    placeholder,
+    pow,
+    prod,
+    reduce_axis,
+    sigmoid,
+    sin,
+    sqrt,
+    sum,
+    tanh,
+    var,
+)
+from .errors import (
+    ArgumentError,
+    CompileError,
+    DeclarationError,
+    DifferentiationError,
+    EvaluationError,
+    LoweringError,
+    TecompError,
+)
+from .evaluate import evaluate
+from .expr import Expr, IterVar, Var
+from .printer import show
+from .tensor import Tensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "abs", "all", "any", "cast", "ceil", "compute", "const", "cos", "eq", "erf", "exp",
+    "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
+    "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
+    "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
+    "EvaluationError", "LoweringError", "TecompError", "evaluate", "Expr", "IterVar", "Var",
+    "show", "Tensor",
+]

@@ -1,0 +1,388 @@
+"""The reference evaluator: the oracle every backend and pass is tested against.
+
+It shares no code with lowering or codegen.  A compute tensor is evaluated with NumPy over a
+grid of its output axes (extra trailing dimensions for reduction axes), broadcasting, so a
+whole stage is a handful of array operations.  Semantics are exact:
+
+* ``if_then_else`` evaluates each arm only where it is selected: every sub-expression carries a
+  mask of the points where its value matters, and a tensor read out of bounds at a point that
+  matters raises :class:`~tecomp.errors.EvaluationError` (points that do not matter are clipped).
+* ``//`` and ``%`` follow Python (floor) semantics; casts from float to int truncate toward zero.
+* Reduction axes may have bounds that depend on outer variables (as zero elimination produces);
+  empty reductions give 0 (sum), 1 (prod), -inf / the integer minimum (max), +inf / maximum
+  (min).
+
+Large stages are evaluated in chunks along their first axis to bound memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import dtypes
+from . import expr as E
+from .errors import EvaluationError
+from .functor import topo_order
+from .tensor import ComputeOp, Tensor
+
+_CHUNK_ELEMS = 1 << 22
+
+try:  # SciPy's erf is vectorised; the math module's is the fallback
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - scipy is a test dependency
+    _erf_u = np.frompyfunc(math.erf, 1, 1)
+
+    def _erf(x: np.ndarray) -> np.ndarray:
+        return np.asarray(_erf_u(x), dtype=np.float64).astype(np.asarray(x).dtype)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+_MATH = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "sin": np.sin, "cos": np.cos, "abs": np.abs, "erf": _erf, "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _np(dtype: str) -> np.dtype:
+    return dtypes.to_numpy(dtype)
+
+
+def _identity(combiner: str, dtype: str) -> Any:
+    nd = _np(dtype)
+    if combiner == "sum":
+        return nd.type(0)
+    if combiner == "prod":
+        return nd.type(1)
+    if dtypes.is_float(dtype):
+        return nd.type(-np.inf if combiner == "max" else np.inf)
+    info = np.iinfo(nd)
+    return nd.type(info.min if combiner == "max" else info.max)
+
+
+class _Scope:
+    """Variables in scope: each maps to an array with ``depth`` dimensions (or a scalar)."""
+
+    def __init__(self, env: dict[E.Var, Any], depth: int) -> None:
+        self.env = env
+        self.depth = depth
+
+
+class _Evaluator:
+    def __init__(self, values: dict[int, np.ndarray], names: dict[int, str]) -> None:
+        self.values = values
+        self.names = names
+
+    # every method returns an array broadcastable to the scope's grid (ndim <= depth)
+    def ev(self, e: E.Expr, sc: _Scope, mask: Any) -> Any:
+        m = getattr(self, "ev_" + type(e).__name__, None)
+        if m is None:
+            raise EvaluationError(f"the evaluator has no rule for {type(e).__name__}: {e}")
+        return m(e, sc, mask)
+
+    def ev_Const(self, e: E.Const, sc: _Scope, mask: Any) -> Any:
+        return _np(e.dtype).type(e.value)
+
+    def ev_Zero(self, e: E.Zero, sc: _Scope, mask: Any) -> Any:
+        return _np(e.dtype).type(0)
+
+    def ev_Var(self, e: E.Var, sc: _Scope, mask: Any) -> Any:
+        if e not in sc.env:
+            raise EvaluationError(f"unbound variable {e.name!r}: bind it in the bindings")
+        x = sc.env[e]
+        if isinstance(x, np.ndarray) and x.ndim < sc.depth:
+            x = x.reshape(x.shape + (1,) * (sc.depth - x.ndim))
+        return x
+
+    def _bin(self, e: E.BinaryOp, sc: _Scope, mask: Any) -> tuple[Any, Any]:
+        return self.ev(e.a, sc, mask), self.ev(e.b, sc, mask)
+
+    def ev_Add(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        return _as(np.add(a, b), e.dtype)
+
+    def ev_Sub(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        return _as(np.subtract(a, b), e.dtype)
+
+    def ev_Mul(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        return _as(np.multiply(a, b), e.dtype)
+
+    def ev_Div(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        return _as(np.true_divide(a, b), e.dtype)
+
+    def ev_FloorDiv(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        if dtypes.is_int(e.dtype):
+            b = np.where(b == 0, 1, b) if isinstance(b, np.ndarray) else (b or 1)
+        return _as(np.floor_divide(a, b), e.dtype)
+
+    def ev_Mod(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        if dtypes.is_int(e.dtype):
+            b = np.where(b == 0, 1, b) if isinstance(b, np.ndarray) else (b or 1)
+        return _as(np.mod(a, b), e.dtype)
+
+    def ev_Min(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        return _as(np.minimum(a, b), e.dtype)
+
+    def ev_Max(self, e, sc, mask):
+        a, b = self._bin(e, sc, mask)
+        return _as(np.maximum(a, b), e.dtype)
+
+    def ev_Neg(self, e, sc, mask):
+        return _as(np.negative(self.ev(e.a, sc, mask)), e.dtype)
+
+    def ev_LT(self, e, sc, mask):
+        return np.less(*self._bin(e, sc, mask))
+
+    def ev_LE(self, e, sc, mask):
+        return np.less_equal(*self._bin(e, sc, mask))
+
+    def ev_GT(self, e, sc, mask):
+        return np.greater(*self._bin(e, sc, mask))
+
+    def ev_GE(self, e, sc, mask):
+        return np.greater_equal(*self._bin(e, sc, mask))
+
+    def ev_EQ(self, e, sc, mask):
+        return np.equal(*self._bin(e, sc, mask))
+
+    def ev_NE(self, e, sc, mask):
+        return np.not_equal(*self._bin(e, sc, mask))
+
+    def ev_And(self, e, sc, mask):
+        a = self.ev(e.a, sc, mask)
+        return np.logical_and(a, self.ev(e.b, sc, _and(mask, a)))
+
+    def ev_Or(self, e, sc, mask):
+        a = self.ev(e.a, sc, mask)
+        return np.logical_or(a, self.ev(e.b, sc, _and(mask, np.logical_not(a))))
+
+    def ev_Not(self, e, sc, mask):
+        return np.logical_not(self.ev(e.a, sc, mask))
+
+    def ev_Select(self, e, sc, mask):
+        c = self.ev(e.cond, sc, mask)
+        t = self.ev(e.t, sc, _and(mask, c))
+        f = self.ev(e.f, sc, _and(mask, np.logical_not(c)))
+        return _as(np.where(c, t, f), e.dtype)
+
+    def ev_Cast(self, e, sc, mask):
+        v = self.ev(e.value, sc, mask)
+        if dtypes.is_int(e.dtype) and dtypes.is_float(e.value.dtype):
+            v = np.where(np.isfinite(v), v, 0)
+            v = np.trunc(v)
+        if dtypes.is_bool(e.dtype):
+            return np.not_equal(v, 0)
+        return _as(np.asarray(v).astype(_np(e.dtype)), e.dtype)
+
+    def ev_Call(self, e, sc, mask):
+        args = [self.ev(a, sc, mask) for a in e.args]
+        if e.name == "pow":
+            return _as(np.power(args[0], args[1]), e.dtype)
+        return _as(_MATH[e.name](args[0]), e.dtype)
+
+    def ev_Delta(self, e, sc, mask):
+        a, b = self.ev(e.a, sc, mask), self.ev(e.b, sc, mask)
+        return np.equal(a, b).astype(_np(e.dtype))
+
+    def ev_TensorRead(self, e: E.TensorRead, sc: _Scope, mask: Any) -> Any:
+        t = e.tensor
+        if id(t) not in self.values:
+            raise EvaluationError(f"tensor {t.name!r} is not bound (pass it in the bindings)")
+        arr = self.values[id(t)]
+        if arr.ndim == 0:
+            return arr[()]
+        idx = [np.asarray(self.ev(i, sc, mask)) for i in e.indices]
+        shaped = np.broadcast_arrays(*idx) if len(idx) > 1 else idx
+        fixed = []
+        for axis, (ix, n) in enumerate(zip(shaped, arr.shape)):
+            bad = (ix < 0) | (ix >= n)
+            if mask is not None:
+                bad = bad & mask
+            if np.any(bad):
+                where = np.argwhere(np.broadcast_to(bad, np.broadcast(bad, ix).shape))[0]
+                raise EvaluationError(
+                    f"read of tensor {self.names.get(id(t), t.name)!r} out of bounds on axis "
+                    f"{axis}: index {int(np.broadcast_to(ix, bad.shape)[tuple(where)])} not "
+                    f"in [0, {n}) (in {e})")
+            fixed.append(np.clip(ix, 0, max(n - 1, 0)))
+        return arr[tuple(fixed)]
+
+    def ev_Reduce(self, e: E.Reduce, sc: _Scope, mask: Any) -> Any:
+        env = dict(sc.env)
+        depth = sc.depth
+        valid = mask
+        for ax in e.axes:
+            inner = _Scope(env, depth)
+            lo = np.asarray(self.ev(ax.lo, inner, valid))
+            ext = np.asarray(self.ev(ax.extent, inner, valid))
+            hi = lo + ext
+            if valid is not None and np.ndim(lo) > 0:
+                vlo = np.where(np.broadcast_to(valid, np.broadcast(valid, lo).shape), lo, hi.max()
+                               if hi.size else 0)
+                lmin = int(vlo.min()) if vlo.size else 0
+            else:
+                lmin = int(lo.min()) if lo.size else 0
+            hmax = int(hi.max()) if hi.size else 0
+            n = builtins_max(hmax - lmin, 0)
+            rng = np.arange(lmin, lmin + n, dtype=np.int64).reshape((1,) * depth + (n,))
+            depth += 1
+            env[ax.var] = rng
+            grow = (1,)
+            if lo.ndim or ext.ndim:
+                lo_x = lo.reshape(lo.shape + (1,) * (depth - lo.ndim)) if lo.ndim else lo
+                hi_x = hi.reshape(hi.shape + (1,) * (depth - hi.ndim)) if hi.ndim else hi
+                inr = (rng >= lo_x) & (rng < hi_x)
+            else:
+                inr = None
+            valid = _expand(valid, depth, grow)
+            valid = _and(valid, inr)
+        inner = _Scope(env, depth)
+        if e.where is not None:
+            w = self.ev(e.where, inner, valid)
+            valid = _and(valid, w)
+        body = self.ev(e.body, inner, valid)
+        shape = np.broadcast_shapes(*(np.shape(x) for x in (body, valid) if x is not None),
+                                    (1,) * depth)
+        full = np.broadcast_to(body, shape)
+        ident = _identity(e.combiner, e.dtype)
+        if valid is not None:
+            full = np.where(valid, full, ident)
+        axes = tuple(range(sc.depth, depth))
+        if any(shape[a] == 0 for a in axes):
+            out_shape = tuple(shape[: sc.depth])
+            return np.full(out_shape, ident, dtype=_np(e.dtype))
+        op = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[e.combiner]
+        return _as(op(full, axis=axes), e.dtype)
+
+
+builtins_max = max
+
+
+def _as(x: Any, dtype: str) -> Any:
+    nd = _np(dtype)
+    if isinstance(x, np.ndarray):
+        return x if x.dtype == nd else x.astype(nd)
+    return nd.type(x)
+
+
+def _and(mask: Any, cond: Any) -> Any:
+    if cond is None:
+        return mask
+    if mask is None:
+        return np.asarray(cond, dtype=bool)
+    return np.logical_and(mask, cond)
+
+
+def _expand(mask: Any, depth: int, _grow: tuple[int, ...]) -> Any:
+    if mask is None or not isinstance(mask, np.ndarray):
+        return mask
+    return mask.reshape(mask.shape + (1,) * (depth - mask.ndim))
+
+
+def _eval_shape(t: Tensor, sizes: dict[E.Var, int], ev: _Evaluator) -> tuple[int, ...]:
+    out = []
+    for d, s in enumerate(t.shape):
+        v = ev.ev(s, _Scope(dict(sizes), 0), None)
+        v = int(v)
+        if v < 0:
+            raise EvaluationError(f"tensor {t.name!r}, axis {d}: extent {s} evaluates to {v}")
+        out.append(v)
+    return tuple(out)
+
+
+def evaluate(outputs: Tensor | Sequence[Tensor],
+             bindings: Mapping[Any, Any]) -> list[np.ndarray]:
+    """Evaluate ``outputs`` given ``{placeholder: array, var: int}``; returns a list of arrays.
+
+    Symbolic sizes that appear alone as a placeholder's extent are bound from its array's
+    shape when not given.
+    """
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+    order = topo_order(outs)
+    values: dict[int, np.ndarray] = {}
+    sizes: dict[E.Var, int] = {}
+    arrays: dict[int, Any] = {}
+    for k, v in bindings.items():
+        if isinstance(k, E.Var):
+            sizes[k] = int(v)
+        elif isinstance(k, Tensor):
+            arrays[id(k)] = v
+        else:
+            raise EvaluationError(f"binding key {k!r} is neither a placeholder nor a tc.var")
+    # bind sizes from placeholder shapes
+    for t in order:
+        if t.is_placeholder and id(t) in arrays:
+            a = np.asarray(arrays[id(t)])
+            if a.ndim != t.ndim:
+                raise EvaluationError(
+                    f"placeholder {t.name!r} has {t.ndim} dimension(s), the array has {a.ndim}")
+            for d, s in enumerate(t.shape):
+                if isinstance(s, E.Var) and s not in sizes:
+                    sizes[s] = int(a.shape[d])
+    ev = _Evaluator(values, {})
+    with np.errstate(all="ignore"):
+        for t in order:
+            shape = _eval_shape(t, sizes, ev)
+            if t.is_placeholder:
+                if id(t) not in arrays:
+                    raise EvaluationError(f"placeholder {t.name!r} is not bound")
+                a = np.asarray(arrays[id(t)])
+                if a.shape != shape:
+                    for d, (x, y) in enumerate(zip(a.shape, shape)):
+                        if x != y:
+                            raise EvaluationError(
+                                f"placeholder {t.name!r}, axis {d}: the array has extent {x}, "
+                                f"the declaration says {t.shape[d]} = {y}")
+                values[id(t)] = np.ascontiguousarray(a, dtype=_np(t.dtype))
+            else:
+                values[id(t)] = _eval_compute(t, shape, sizes, ev)
+    return [values[id(t)] for t in outs]
+
+
+def _reduce_volume(e: E.Expr) -> int:
+    from .functor import walk
+
+    vol = 1
+    for x in walk(e):
+        if isinstance(x, E.Reduce):
+            for a in x.axes:
+                vol *= int(a.extent.value) if isinstance(a.extent, E.Const) else 64
+    return vol
+
+
+def _eval_compute(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
+                  ev: _Evaluator) -> np.ndarray:
+    assert isinstance(t.op, ComputeOp)
+    axes = t.op.axes
+    out = np.empty(shape, dtype=_np(t.dtype))
+    if out.size == 0:
+        return out
+    nd = len(shape)
+    if nd == 0:
+        v = ev.ev(t.op.body, _Scope(dict(sizes), 0), None)
+        out[()] = v
+        return out
+    per_row = int(np.prod(shape[1:])) * builtins_max(_reduce_volume(t.op.body), 1)
+    step = builtins_max(1, _CHUNK_ELEMS // builtins_max(per_row, 1))
+    for start in range(0, shape[0], step):
+        stop = min(shape[0], start + step)
+        env: dict[E.Var, Any] = dict(sizes)
+        for d, ax in enumerate(axes):
+            rng = np.arange(start, stop) if d == 0 else np.arange(shape[d])
+            env[ax.var] = rng.astype(np.int64).reshape((1,) * d + (-1,) + (1,) * (nd - d - 1))
+        v = ev.ev(t.op.body, _Scope(env, nd), None)
+        out[start:stop] = np.broadcast_to(v, (stop - start,) + shape[1:])
+    return out

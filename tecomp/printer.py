@@ -1,0 +1,127 @@
+"""Readable, deterministic text for expressions and compute DAGs (``tc.show``).
+
+The same program always prints byte-identical text: tensors are listed in a deterministic
+topological order and tensors sharing a name are told apart as ``name``, ``name#1``, ...
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from . import expr as E
+from .functor import topo_order
+from .tensor import ComputeOp, Tensor
+
+_BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.FloorDiv: "//", E.Mod: "%"}
+_PREC = {E.Or: 1, E.And: 2, E.Not: 3, E.CmpOp: 4, E.Add: 5, E.Sub: 5, E.Mul: 6, E.Div: 6,
+         E.FloorDiv: 6, E.Mod: 6, E.Neg: 7}
+
+
+def _prec(e: E.Expr) -> int:
+    for cls, p in _PREC.items():
+        if isinstance(e, cls):
+            return p
+    return 10
+
+
+def _const(c: E.Const) -> str:
+    if c.dtype == "bool":
+        return "True" if c.value else "False"
+    if isinstance(c.value, float):
+        s = repr(c.value)
+        return s if c.dtype in ("float32",) else f"{s}:{c.dtype}"
+    return str(c.value) if c.dtype in ("int64",) else f"{c.value}:{c.dtype}"
+
+
+class _Printer:
+    def __init__(self, names: dict[int, str] | None = None) -> None:
+        self.names = names or {}
+
+    def tname(self, t: Tensor) -> str:
+        return self.names.get(id(t), t.name)
+
+    def fmt(self, e: E.Expr, parent: int = 0) -> str:
+        s, p = self._fmt(e)
+        return f"({s})" if p < parent else s
+
+    def _fmt(self, e: E.Expr) -> tuple[str, int]:
+        if isinstance(e, E.IterVar):
+            return e.var.name, 10
+        if isinstance(e, E.Var):
+            return e.name, 10
+        if isinstance(e, E.Const):
+            return _const(e), 10
+        if isinstance(e, E.Zero):
+            return f"zero:{e.dtype}", 10
+        p = _prec(e)
+        if type(e) in _BIN:
+            # left-associative: the right operand needs parentheses at equal precedence
+            return f"{self.fmt(e.a, p)} {_BIN[type(e)]} {self.fmt(e.b, p + 1)}", p
+        if isinstance(e, (E.Min, E.Max)):
+            return f"{type(e).__name__.lower()}({self.fmt(e.a)}, {self.fmt(e.b)})", 10
+        if isinstance(e, E.Neg):
+            return f"-{self.fmt(e.a, p + 1)}", p
+        if isinstance(e, E.CmpOp):
+            return f"{self.fmt(e.a, p + 1)} {E.CMP_NAMES[type(e)]} {self.fmt(e.b, p + 1)}", p
+        if isinstance(e, E.And):
+            return f"{self.fmt(e.a, p)} && {self.fmt(e.b, p + 1)}", p
+        if isinstance(e, E.Or):
+            return f"{self.fmt(e.a, p)} || {self.fmt(e.b, p + 1)}", p
+        if isinstance(e, E.Not):
+            return f"!{self.fmt(e.a, p + 1)}", p
+        if isinstance(e, E.Select):
+            return f"select({self.fmt(e.cond)}, {self.fmt(e.t)}, {self.fmt(e.f)})", 10
+        if isinstance(e, E.Cast):
+            return f"{e.dtype}({self.fmt(e.value)})", 10
+        if isinstance(e, E.Call):
+            return f"{e.name}({', '.join(self.fmt(a) for a in e.args)})", 10
+        if isinstance(e, E.TensorRead):
+            return f"{self.tname(e.tensor)}[{', '.join(self.fmt(i) for i in e.indices)}]", 10
+        if isinstance(e, E.Delta):
+            return f"delta({self.fmt(e.a)}, {self.fmt(e.b)})", 10
+        if isinstance(e, E.Reduce):
+            axes = ", ".join(self.axis(a) for a in e.axes)
+            where = "" if e.where is None else f", where={self.fmt(e.where)}"
+            return f"{e.combiner}({self.fmt(e.body)}, axis=[{axes}]{where})", 10
+        return f"<{type(e).__name__}>", 10
+
+    def axis(self, a: E.IterVar) -> str:
+        if isinstance(a.lo, E.Const) and a.lo.value == 0:
+            return f"{a.var.name}:{self.fmt(a.extent)}"
+        return f"{a.var.name}:[{self.fmt(a.lo)}, {self.fmt(a.lo + a.extent)})"
+
+
+def format_expr(e: E.Expr, names: dict[int, str] | None = None) -> str:
+    """One expression as text."""
+    return _Printer(names).fmt(e)
+
+
+def unique_names(tensors: Iterable[Tensor]) -> dict[int, str]:
+    """Deterministic distinct display names for tensors sharing a name."""
+    names: dict[int, str] = {}
+    count: dict[str, int] = {}
+    for t in tensors:
+        n = count.get(t.name, 0)
+        count[t.name] = n + 1
+        names[id(t)] = t.name if n == 0 else f"{t.name}#{n}"
+    return names
+
+
+def show(tensors: Tensor | Iterable[Tensor]) -> str:
+    """The whole compute DAG of ``tensors`` as text, producers first."""
+    if isinstance(tensors, Tensor):
+        tensors = [tensors]
+    order = topo_order(list(tensors))
+    names = unique_names(order)
+    p = _Printer(names)
+    lines = []
+    for t in order:
+        shape = ", ".join(p.fmt(s) for s in t.shape)
+        if isinstance(t.op, ComputeOp):
+            axes = ", ".join(a.var.name for a in t.op.axes)
+            tag = f"  # tag={t.op.tag}" if t.op.tag else ""
+            lines.append(f"{names[id(t)]}[{axes}] = {p.fmt(t.op.body)}"
+                         f"    : {t.dtype}[{shape}]{tag}")
+        else:
+            lines.append(f"{names[id(t)]} = placeholder    : {t.dtype}[{shape}]")
+    return "\n".join(lines)

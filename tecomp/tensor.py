@@ -1,0 +1,87 @@
+"""Tensors and the operations that produce them.
+
+A :class:`Tensor` is either a placeholder (an input) or the result of a :class:`ComputeOp`
+(an element-wise definition over its output axes).  Tensors compare and hash by identity: two
+separately declared placeholders are different inputs even when their names agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import dtypes
+from .errors import DeclarationError
+from .expr import Expr, IterVar, TensorRead, as_expr
+
+
+@dataclass(frozen=True, eq=False)
+class PlaceholderOp:
+    """An input tensor: its values are bound at evaluation or call time."""
+
+
+@dataclass(frozen=True, eq=False)
+class ComputeOp:
+    """``T[axes] = body``; ``axes`` are the output iteration variables, one per dimension."""
+
+    axes: tuple[IterVar, ...]
+    body: Expr
+    tag: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Tensor:
+    """A tensor of a given shape and dtype; index it (``T[i, j]``) to read an element."""
+
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: str
+    op: PlaceholderOp | ComputeOp
+    attrs: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_placeholder(self) -> bool:
+        return isinstance(self.op, PlaceholderOp)
+
+    @property
+    def tag(self) -> str | None:
+        return self.op.tag if isinstance(self.op, ComputeOp) else None
+
+    def __getitem__(self, index: Any) -> Expr:
+        if not isinstance(index, tuple):
+            index = (index,)
+        if len(index) != self.ndim:
+            raise DeclarationError(
+                f"tensor {self.name!r} has {self.ndim} dimension(s) but is indexed with "
+                f"{len(index)} index(es)")
+        exprs = []
+        for axis, ix in enumerate(index):
+            if isinstance(ix, slice):
+                raise DeclarationError(
+                    f"tensor {self.name!r}, axis {axis}: slices are not supported in index "
+                    "expressions; index with integer expressions")
+            try:
+                e = as_expr(ix)
+            except DeclarationError as err:
+                raise DeclarationError(f"tensor {self.name!r}, axis {axis}: {err}") from None
+            if not dtypes.is_int(e.dtype):
+                raise DeclarationError(
+                    f"tensor {self.name!r}, axis {axis}: index {e} has dtype {e.dtype}; "
+                    "indices must be integers (int32/int64)")
+            exprs.append(e)
+        return TensorRead(self, tuple(exprs), self.dtype)
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(s) for s in self.shape)
+        kind = "placeholder" if self.is_placeholder else "compute"
+        return f"Tensor({self.name!r}, shape=({dims}), dtype={self.dtype}, {kind})"
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __iter__(self):  # guard against accidental unpacking / list(tensor)
+        raise DeclarationError(f"tensor {self.name!r} is not iterable; index it with T[i, ...]")
