@@ -15,7 +15,7 @@ from . import dtypes
 from . import expr as E
 from .errors import DeclarationError
 from .functor import free_vars, make_reduce
-from .tensor import ComputeOp, PlaceholderOp, Tensor
+from .tensor import ComputeOp, ConstantOp, PlaceholderOp, Tensor
 
 ExprLike = E.ExprLike
 _unnamed_axes = itertools.count()
@@ -65,6 +65,19 @@ def placeholder(shape: Any, name: str | None = None, dtype: str = "float32") -> 
     name = name or "placeholder"
     return Tensor(name, _shape(shape, f"placeholder {name!r}"), dtypes.check(dtype),
                   PlaceholderOp())
+
+
+def constant(data: Any, name: str | None = None, dtype: str | None = None) -> Tensor:
+    """A tensor holding fixed NumPy data (copied); kernels receive it as a hidden input."""
+    import numpy as np
+
+    name = name or "constant"
+    arr = np.asarray(data)
+    dt = dtypes.check(dtype or arr.dtype.name)
+    arr = np.array(arr, dtype=dtypes.to_numpy(dt), order="C", copy=True)
+    arr.setflags(write=False)
+    shape = tuple(E.Const(int(s), "int64") for s in arr.shape)
+    return Tensor(name, shape, dt, ConstantOp(arr))
 
 
 def reduce_axis(dom: ExprLike | tuple[ExprLike, ExprLike], name: str | None = None) -> E.IterVar:

@@ -336,7 +336,9 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
     with np.errstate(all="ignore"):
         for t in order:
             shape = _eval_shape(t, sizes, ev)
-            if t.is_placeholder:
+            if t.is_constant:
+                values[id(t)] = t.op.data
+            elif t.is_placeholder:
                 if id(t) not in arrays:
                     raise EvaluationError(f"placeholder {t.name!r} is not bound")
                 a = np.asarray(arrays[id(t)])

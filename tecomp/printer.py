@@ -122,6 +122,8 @@ def show(tensors: Tensor | Iterable[Tensor]) -> str:
             tag = f"  # tag={t.op.tag}" if t.op.tag else ""
             lines.append(f"{names[id(t)]}[{axes}] = {p.fmt(t.op.body)}"
                          f"    : {t.dtype}[{shape}]{tag}")
+        elif t.is_constant:
+            lines.append(f"{names[id(t)]} = constant    : {t.dtype}[{shape}]")
         else:
             lines.append(f"{names[id(t)]} = placeholder    : {t.dtype}[{shape}]")
     return "\n".join(lines)

@@ -21,6 +21,16 @@ class PlaceholderOp:
 
 
 @dataclass(frozen=True, eq=False)
+class ConstantOp:
+    """A tensor whose values are known when it is declared (e.g. transform factors).
+
+    Backends pass the data as a hidden input; the evaluator reads it directly.
+    """
+
+    data: Any  # a read-only, C-contiguous NumPy array of the tensor's dtype and shape
+
+
+@dataclass(frozen=True, eq=False)
 class ComputeOp:
     """``T[axes] = body``; ``axes`` are the output iteration variables, one per dimension."""
 
@@ -36,7 +46,7 @@ class Tensor:
     name: str
     shape: tuple[Expr, ...]
     dtype: str
-    op: PlaceholderOp | ComputeOp
+    op: PlaceholderOp | ConstantOp | ComputeOp
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -46,6 +56,10 @@ class Tensor:
     @property
     def is_placeholder(self) -> bool:
         return isinstance(self.op, PlaceholderOp)
+
+    @property
+    def is_constant(self) -> bool:
+        return isinstance(self.op, ConstantOp)
 
     @property
     def tag(self) -> str | None:
@@ -77,7 +91,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         dims = ", ".join(str(s) for s in self.shape)
-        kind = "placeholder" if self.is_placeholder else "compute"
+        kind = type(self.op).__name__.replace("Op", "").lower()
         return f"Tensor({self.name!r}, shape=({dims}), dtype={self.dtype}, {kind})"
 
     def __bool__(self) -> bool:
