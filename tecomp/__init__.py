@@ -61,7 +61,7 @@ from .tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "constant", "cos", "eq", "erf", "exp",
+    "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "cos", "eq", "erf", "exp",
     "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
