@@ -53,6 +53,7 @@ from .errors import (
     LoweringError,
     TecompError,
 )
+from . import ops
 from .evaluate import evaluate
 from .expr import Expr, IterVar, Var
 from .printer import show
@@ -61,6 +62,7 @@ from .tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
+    "ops",
     "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "cos", "eq", "erf", "exp",
     "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",

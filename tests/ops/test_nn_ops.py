@@ -1,0 +1,109 @@
+"""tc.ops against NumPy references (through the reference evaluator)."""
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+
+
+def conv2d_ref(x, w, stride, pad, dil):
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dil * (r - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dil * (s - 1) - 1) // stride + 1
+    out = np.zeros((n, k, oh, ow))
+    for y in range(oh):
+        for z in range(ow):
+            patch = xp[:, :, y * stride: y * stride + dil * (r - 1) + 1: dil,
+                       z * stride: z * stride + dil * (s - 1) + 1: dil]
+            out[:, :, y, z] = np.einsum("ncrs,kcrs->nk", patch, w)
+    return out
+
+
+@pytest.mark.parametrize("stride,pad,dil", [(1, 1, 1), (2, 0, 1), (1, 2, 2), (3, 1, 2)])
+def test_conv2d(rng, stride, pad, dil):
+    X = tc.placeholder((2, 3, 9, 8), name="X", dtype="float64")
+    W = tc.placeholder((4, 3, 3, 3), name="W", dtype="float64")
+    Y = tc.ops.conv2d(X, W, stride=stride, padding=pad, dilation=dil)
+    x, w = rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((4, 3, 3, 3))
+    np.testing.assert_allclose(tc.evaluate(Y, {X: x, W: w})[0],
+                               conv2d_ref(x, w, stride, pad, dil), rtol=1e-10, atol=1e-12)
+
+
+def test_depthwise_conv2d(rng):
+    X = tc.placeholder((1, 4, 6, 6), name="X", dtype="float64")
+    W = tc.placeholder((4, 1, 3, 3), name="W", dtype="float64")
+    Y = tc.ops.conv2d(X, W, padding=1, groups=4)
+    x, w = rng.standard_normal((1, 4, 6, 6)), rng.standard_normal((4, 1, 3, 3))
+    ref = np.concatenate([conv2d_ref(x[:, c:c + 1], w[c:c + 1], 1, 1, 1) for c in range(4)], 1)
+    np.testing.assert_allclose(tc.evaluate(Y, {X: x, W: w})[0], ref, rtol=1e-10)
+
+
+def test_pooling(rng):
+    X = tc.placeholder((1, 2, 6, 6), name="X", dtype="float64")
+    x = rng.standard_normal((1, 2, 6, 6))
+    mp, ap = tc.evaluate([tc.ops.max_pool2d(X, 2), tc.ops.avg_pool2d(X, 2)], {X: x})
+    blocks = x.reshape(1, 2, 3, 2, 3, 2)
+    np.testing.assert_array_equal(mp, blocks.max(axis=(3, 5)))
+    np.testing.assert_allclose(ap, blocks.mean(axis=(3, 5)))
+
+
+def test_softmax_log_softmax_layer_norm_dense(rng):
+    X = tc.placeholder((4, 7), name="X", dtype="float64")
+    G = tc.placeholder((7,), name="G", dtype="float64")
+    Bt = tc.placeholder((7,), name="Bt", dtype="float64")
+    W = tc.placeholder((3, 7), name="W", dtype="float64")
+    b = tc.placeholder((3,), name="b", dtype="float64")
+    outs = [tc.ops.softmax(X), tc.ops.log_softmax(X), tc.ops.layer_norm(X, G, Bt),
+            tc.ops.dense(X, W, b)]
+    x, g, bt = rng.standard_normal((4, 7)), rng.standard_normal(7), rng.standard_normal(7)
+    w, bb = rng.standard_normal((3, 7)), rng.standard_normal(3)
+    sm, lsm, ln, dn = tc.evaluate(outs, {X: x, G: g, Bt: bt, W: w, b: bb})
+    e = np.exp(x - x.max(1, keepdims=True))
+    ref = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(sm, ref, rtol=1e-12)
+    np.testing.assert_allclose(lsm, np.log(ref), rtol=1e-12)
+    mu, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
+    np.testing.assert_allclose(ln, (x - mu) / np.sqrt(var + 1e-5) * g + bt, rtol=1e-10)
+    np.testing.assert_allclose(dn, x @ w.T + bb, rtol=1e-12)
+
+
+@pytest.mark.parametrize("pattern", [(1, 3, 5, 1), (2, 3, 4, 5), (3, 1, 2, 4), (4, 2, 2, 1)])
+def test_kron_sparse_matmul(rng, pattern):
+    from tecomp.ops.butterfly_factors import kron_sparse_dense
+
+    a, b, c, d = pattern
+    T = tc.placeholder(pattern, name="T", dtype="float64")
+    X = tc.placeholder((a * c * d, 3), name="X", dtype="float64")
+    Y = tc.ops.kron_sparse_matmul(T, X, pattern)
+    t, x = rng.standard_normal(pattern), rng.standard_normal((a * c * d, 3))
+    np.testing.assert_allclose(tc.evaluate(Y, {T: t, X: x})[0], kron_sparse_dense(t) @ x,
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["dct2", "dst2", "dht"])
+def test_dct_matches_scipy(rng, kind):
+    import scipy.fft as F
+
+    X = tc.placeholder((64, 3), name="X", dtype="float64")
+    x = rng.standard_normal((64, 3))
+    y = tc.evaluate(tc.ops.dct(X, kind), {X: x})[0]
+    if kind == "dct2":
+        ref = F.dct(x, type=2, norm="ortho", axis=0)
+    elif kind == "dst2":
+        ref = F.dst(x, type=2, norm="ortho", axis=0)
+    else:
+        f = np.fft.fft(x, axis=0)
+        ref = (f.real - f.imag) / np.sqrt(64)
+    assert np.abs(y - ref).max() < 1e-12
+
+
+def test_op_errors():
+    X = tc.placeholder((2, 3), name="X")
+    with pytest.raises(tc.TecompError, match="must be 4-D"):
+        tc.ops.conv2d(X, X)
+    with pytest.raises(tc.TecompError, match="pattern"):
+        tc.ops.kron_sparse_matmul(tc.placeholder((1, 2, 2, 1), name="T"), X, (1, 2, 3, 1))
+    with pytest.raises(tc.TecompError, match="power of two|power"):
+        tc.ops.dct(tc.placeholder((6, 2), name="Z"))
