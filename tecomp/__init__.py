@@ -12,6 +12,7 @@ Declare tensors element-wise with index lambdas, differentiate them, and build k
 See ``DESIGN.md`` of the project for the full public contract.
 """
 
+from . import ops
 from .dsl import (
     abs,
     all,
@@ -53,7 +54,6 @@ from .errors import (
     LoweringError,
     TecompError,
 )
-from . import ops
 from .evaluate import evaluate
 from .expr import Expr, IterVar, Var
 from .printer import show
