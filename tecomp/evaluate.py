@@ -26,7 +26,7 @@ from . import dtypes
 from . import expr as E
 from .errors import EvaluationError
 from .functor import topo_order
-from .tensor import ComputeOp, Tensor
+from .tensor import ComputeOp, ScatterOp, Tensor
 
 _CHUNK_ELEMS = 1 << 22
 
@@ -349,6 +349,8 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
                                 f"placeholder {t.name!r}, axis {d}: the array has extent {x}, "
                                 f"the declaration says {t.shape[d]} = {y}")
                 values[id(t)] = np.ascontiguousarray(a, dtype=_np(t.dtype))
+            elif isinstance(t.op, ScatterOp):
+                values[id(t)] = _eval_scatter(t, shape, sizes, ev)
             else:
                 values[id(t)] = _eval_compute(t, shape, sizes, ev)
     return [values[id(t)] for t in outs]
@@ -387,4 +389,53 @@ def _eval_compute(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
             env[ax.var] = rng.astype(np.int64).reshape((1,) * d + (-1,) + (1,) * (nd - d - 1))
         v = ev.ev(t.op.body, _Scope(env, nd), None)
         out[start:stop] = np.broadcast_to(v, (stop - start,) + shape[1:])
+    return out
+
+
+def _eval_scatter(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
+                  ev: _Evaluator) -> np.ndarray:
+    """Accumulate ``value`` into ``indices`` over the scatter's domain (duplicates summed)."""
+    op = t.op
+    assert isinstance(op, ScatterOp)
+    if op.init is not None:
+        out = np.array(ev.values[id(op.init)], dtype=_np(t.dtype), copy=True)
+    else:
+        out = np.zeros(shape, dtype=_np(t.dtype))
+    # The domain is evaluated as a sum reduction whose body we intercept: reuse ev_Reduce's
+    # axis handling by building the grid here.
+    env: dict[E.Var, Any] = dict(sizes)
+    depth = 0
+    valid: Any = None
+    for ax in op.axes:
+        sc = _Scope(env, depth)
+        lo = np.asarray(ev.ev(ax.lo, sc, valid))
+        hi = lo + np.asarray(ev.ev(ax.extent, sc, valid))
+        lmin = int(lo.min()) if lo.size else 0
+        n = builtins_max(int(hi.max()) - lmin, 0) if hi.size else 0
+        rng = np.arange(lmin, lmin + n, dtype=np.int64).reshape((1,) * depth + (n,))
+        depth += 1
+        env[ax.var] = rng
+        valid = _expand(valid, depth, (1,))
+        if lo.ndim or hi.ndim:
+            lo_x = lo.reshape(lo.shape + (1,) * (depth - lo.ndim))
+            hi_x = hi.reshape(hi.shape + (1,) * (depth - hi.ndim))
+            valid = _and(valid, (rng >= lo_x) & (rng < hi_x))
+    sc = _Scope(env, depth)
+    if op.where is not None:
+        valid = _and(valid, ev.ev(op.where, sc, valid))
+    grid = tuple(int(np.shape(env[a.var])[d]) for d, a in enumerate(op.axes))
+    mask = np.ones(grid, dtype=bool) if valid is None else np.broadcast_to(valid, grid)
+    if not mask.any():
+        return out
+    val = np.broadcast_to(ev.ev(op.value, sc, mask), grid)[mask]
+    idx = []
+    for axis, ix in enumerate(op.indices):
+        v = np.broadcast_to(np.asarray(ev.ev(ix, sc, mask)), grid)[mask]
+        if np.any((v < 0) | (v >= shape[axis])):
+            bad = int(v[(v < 0) | (v >= shape[axis])][0])
+            raise EvaluationError(
+                f"scatter into {t.name!r} out of bounds on axis {axis}: index {bad} not in "
+                f"[0, {shape[axis]})")
+        idx.append(v)
+    np.add.at(out, tuple(idx), val.astype(out.dtype))
     return out

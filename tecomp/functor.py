@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from . import expr as E
 from .errors import TecompError
-from .tensor import ComputeOp, Tensor
+from .tensor import ComputeOp, ScatterOp, Tensor
 
 
 class ExprFunctor:
@@ -294,13 +294,26 @@ def tensor_reads(e: E.Expr) -> list[E.TensorRead]:
     return [x for x in walk(e) if isinstance(x, E.TensorRead)]
 
 
+def op_exprs(t: Tensor) -> list[E.Expr]:
+    """The expressions that define ``t`` (body; for a scatter: bounds, indices, value, where)."""
+    op = t.op
+    if isinstance(op, ComputeOp):
+        return [op.body]
+    if isinstance(op, ScatterOp):
+        out = [x for a in op.axes for x in (a.lo, a.extent)] + list(op.indices) + [op.value]
+        return out + ([op.where] if op.where is not None else [])
+    return []
+
+
 def input_tensors(t: Tensor) -> list[Tensor]:
     """The tensors ``t`` reads directly (shape expressions excluded), first appearance first."""
-    if not isinstance(t.op, ComputeOp):
-        return []
     out: list[Tensor] = []
     seen: set[int] = set()
-    for r in tensor_reads(t.op.body):
+    if isinstance(t.op, ScatterOp) and t.op.init is not None:
+        seen.add(id(t.op.init))
+        out.append(t.op.init)
+    reads = [r for e in op_exprs(t) for r in tensor_reads(e)]
+    for r in reads:
         if id(r.tensor) not in seen:
             seen.add(id(r.tensor))
             out.append(r.tensor)

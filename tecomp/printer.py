@@ -10,7 +10,7 @@ from typing import Iterable
 
 from . import expr as E
 from .functor import topo_order
-from .tensor import ComputeOp, Tensor
+from .tensor import ComputeOp, ScatterOp, Tensor
 
 _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.FloorDiv: "//", E.Mod: "%"}
 _PREC = {E.Or: 1, E.And: 2, E.Not: 3, E.CmpOp: 4, E.Add: 5, E.Sub: 5, E.Mul: 6, E.Div: 6,
@@ -122,6 +122,14 @@ def show(tensors: Tensor | Iterable[Tensor]) -> str:
             tag = f"  # tag={t.op.tag}" if t.op.tag else ""
             lines.append(f"{names[id(t)]}[{axes}] = {p.fmt(t.op.body)}"
                          f"    : {t.dtype}[{shape}]{tag}")
+        elif isinstance(t.op, ScatterOp):
+            op = t.op
+            axes = ", ".join(p.axis(a) for a in op.axes)
+            where = "" if op.where is None else f" where {p.fmt(op.where)}"
+            init = "0" if op.init is None else names[id(op.init)]
+            idx = ", ".join(p.fmt(i) for i in op.indices)
+            lines.append(f"{names[id(t)]} = {init}; for [{axes}]{where}: "
+                         f"{names[id(t)]}[{idx}] += {p.fmt(op.value)}    : {t.dtype}[{shape}]")
         elif t.is_constant:
             lines.append(f"{names[id(t)]} = constant    : {t.dtype}[{shape}]")
         else:

@@ -40,13 +40,29 @@ class ComputeOp:
 
 
 @dataclass(frozen=True, eq=False)
+class ScatterOp:
+    """``T = init (or zeros); for each point of axes where `where`: T[indices] += value``.
+
+    Zero elimination produces it for contributions whose destination is data-dependent (the
+    gradient of a gather such as ``E[idx[i], j]``): O(|domain|) work instead of a dense mask
+    over every destination.  Axis bounds may depend on earlier axes.
+    """
+
+    axes: tuple[IterVar, ...]
+    indices: tuple[Expr, ...]
+    value: Expr
+    where: Expr | None = None
+    init: Tensor | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class Tensor:
     """A tensor of a given shape and dtype; index it (``T[i, j]``) to read an element."""
 
     name: str
     shape: tuple[Expr, ...]
     dtype: str
-    op: PlaceholderOp | ConstantOp | ComputeOp
+    op: PlaceholderOp | ConstantOp | ComputeOp | ScatterOp
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
