@@ -1,0 +1,115 @@
+"""Fourier–Motzkin elimination with integer tightening, on ``aff >= 0`` constraints.
+
+Fourier (1826) and Motzkin (1936): to eliminate ``x`` from a system of inequalities,
+split the constraints into lower bounds ``a*x + L >= 0`` (``a > 0``) and upper bounds
+``-b*x + U >= 0`` (``b > 0``) and replace them by every combination ``b*L + a*U >= 0``.
+Over the rationals the result is exactly the projection.  Over the integers it is the
+*real shadow*: it may contain points with no integer ``x`` above them (``1 <= 3*x <= 2``
+has none, yet its shadow ``1 <= 2`` holds).  Pugh's Omega test (1991) calls the exact
+integer projection the dark shadow; a pair is exact when ``a == 1`` or ``b == 1``
+(then ``ceil(-L/a) <= floor(U/b)`` iff ``b*L + a*U >= 0``), and the whole elimination is
+exact when every pair is.  :func:`pair_is_exact` checks this, and also accepts the
+"window" pair ``c*x <= u <= c*x + k`` with ``k >= c - 1``, which always contains a
+multiple of ``c``.  When an exact integer projection matters and these tests fail, the
+callers use isl (:mod:`tecomp.solvers.isl_bridge`), which keeps existential divisions.
+
+Integer tightening: an integer point satisfies ``sum(a_i x_i) + k >= 0`` iff it satisfies
+``sum(a_i/g x_i) + floor(k/g) >= 0`` with ``g = gcd(a_i)``; so ``2x + 4y - 3 >= 0``
+becomes ``x + 2y - 2 >= 0``.  This is the cutting-plane step that makes elimination
+chains of unit-coefficient bounds exact on the integers.
+
+Redundancy: duplicates and parallel constraints (same coefficients, keep the smallest
+constant) are removed; an opposite parallel pair ``a.x + k1 >= 0``, ``-a.x + k2 >= 0``
+with ``k1 + k2 < 0`` proves the system empty, as does a constant ``k < 0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .affine import Affine
+
+__all__ = [
+    "tighten",
+    "normalize_inequalities",
+    "combine_pair",
+    "pair_is_exact",
+    "eliminate_inequalities",
+]
+
+
+def tighten(e: Affine) -> Affine | bool:
+    """Integer-tightened form of ``e >= 0``; ``True``/``False`` for constant constraints."""
+    g = e.gcd()
+    if g == 0:
+        return e.const >= 0
+    if g == 1:
+        return e
+    return Affine._make({k: v // g for k, v in e.coeffs.items()}, e.const // g)
+
+
+def normalize_inequalities(cons: Iterable[Affine]) -> list[Affine] | None:
+    """Tighten, drop trivial, duplicate and dominated parallel constraints.
+
+    Returns ``None`` when a contradiction is found (a false constant or an opposite pair).
+    Order of first appearance is kept.
+    """
+    best: dict[frozenset[tuple[str, int]], Affine] = {}
+    for e in cons:
+        t = tighten(e)
+        if t is True:
+            continue
+        if t is False:
+            return None
+        key = frozenset(t.coeffs.items())
+        old = best.get(key)
+        if old is None or t.const < old.const:
+            best[key] = t
+    out = list(best.values())
+    for e in out:
+        opp = best.get(frozenset((k, -v) for k, v in e.coeffs.items()))
+        if opp is not None and e.const + opp.const < 0:
+            return None
+    return out
+
+
+def combine_pair(lower: Affine, upper: Affine, name: str) -> Affine:
+    """``b*lower + a*upper`` where ``lower = a*x + L`` (a > 0), ``upper = -b*x + U``."""
+    a = lower.coeff(name)
+    b = -upper.coeff(name)
+    return (lower * b).axpy(a, upper)
+
+
+def pair_is_exact(lower: Affine, upper: Affine, name: str) -> bool:
+    """True when the integer and real shadows of this lower/upper pair coincide."""
+    a = lower.coeff(name)
+    b = -upper.coeff(name)
+    if a == 1 or b == 1:
+        return True
+    if a == b:
+        s = lower + upper
+        return s.is_constant() and s.const >= a - 1
+    return False
+
+
+def eliminate_inequalities(
+    cons: Iterable[Affine], name: str
+) -> tuple[list[Affine] | None, bool]:
+    """Fourier–Motzkin elimination of ``name`` with tightening and redundancy removal.
+
+    Returns ``(constraints, exact)``: ``constraints`` is ``None`` when the system is empty
+    (rationally, or by tightening); ``exact`` tells whether every pair was exact, i.e. the
+    result is the integer projection and not just the real shadow.
+    """
+    lows: list[Affine] = []
+    ups: list[Affine] = []
+    out: list[Affine] = []
+    for e in cons:
+        c = e.coeff(name)
+        (lows if c > 0 else ups if c < 0 else out).append(e)
+    exact = True
+    for lo in lows:
+        for up in ups:
+            exact = exact and pair_is_exact(lo, up, name)
+            out.append(combine_pair(lo, up, name))
+    return normalize_inequalities(out), exact
