@@ -56,6 +56,7 @@ from .errors import (
 )
 from .evaluate import evaluate
 from .expr import Expr, IterVar, Var
+from .optimize_api import optimize
 from .printer import show
 from .tensor import Tensor
 
@@ -63,6 +64,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ops",
+    "optimize",
     "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "cos", "eq", "erf", "exp",
     "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",

@@ -10,6 +10,7 @@ from typing import Iterable
 
 from . import expr as E
 from .functor import topo_order
+from .loopir import BufferLoad
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.FloorDiv: "//", E.Mod: "%"}
@@ -77,6 +78,10 @@ class _Printer:
             return f"{e.name}({', '.join(self.fmt(a) for a in e.args)})", 10
         if isinstance(e, E.TensorRead):
             return f"{self.tname(e.tensor)}[{', '.join(self.fmt(i) for i in e.indices)}]", 10
+        if isinstance(e, BufferLoad):
+            if not e.indices:
+                return e.buffer.name, 10
+            return f"{e.buffer.name}[{', '.join(self.fmt(i) for i in e.indices)}]", 10
         if isinstance(e, E.Delta):
             return f"delta({self.fmt(e.a)}, {self.fmt(e.b)})", 10
         if isinstance(e, E.Reduce):
@@ -88,6 +93,10 @@ class _Printer:
     def axis(self, a: E.IterVar) -> str:
         if isinstance(a.lo, E.Const) and a.lo.value == 0:
             return f"{a.var.name}:{self.fmt(a.extent)}"
+        ext = a.extent
+        if (isinstance(ext, E.Add) and isinstance(ext.a, E.Sub) and ext.a.b == a.lo
+                and isinstance(ext.b, E.Const)):
+            return f"{a.var.name}:[{self.fmt(a.lo)}, {self.fmt(ext.a.a + ext.b)})"
         return f"{a.var.name}:[{self.fmt(a.lo)}, {self.fmt(a.lo + a.extent)})"
 
 

@@ -1,0 +1,207 @@
+"""Eliminating the Kronecker deltas of one term and tightening its summation domain.
+
+A term is ``Σ_{v ∈ box, conds} Π δ(a_m, b_m) · factor`` over summation variables ``v``,
+inside an adjoint whose output variables are ``j``.  Following Urban & van der Smagt (2017,
+sections 4.1–4.2) and ZERO_ELIMINATION.md:
+
+1. The affine deltas and equality conditions form ``A·v = b(j, sizes)``; the Smith normal
+   form gives every integer solution ``v = x0(j) + N·t`` and the divisibility conditions on
+   ``j`` (:func:`tecomp.solvers.solve_parametric`).  ``//`` and ``%`` of expressions in
+   ``v`` become new unknowns ``q, r`` with ``x = c·q + r, 0 <= r < c`` first.
+2. The box bounds and affine conditions, rewritten in ``t``, are projected with
+   Fourier–Motzkin elimination (integer tightening, :mod:`tecomp.solvers.inequalities`):
+   each ``t`` gets ``max(ceil(...))``/``min(floor(...))`` bounds in terms of ``j``, the sizes
+   and the outer ``t``.  Every constraint is enforced exactly by the innermost variable it
+   involves, so the loops enumerate exactly the solutions; constraints left on ``j`` alone
+   (and the divisibility conditions) become one guard outside the sum.
+3. Deltas on data-dependent values (``δ(k, First[i])`` from a max gradient) substitute a
+   summation variable with a unit coefficient (a gather); when such a delta pins an output
+   variable instead (``δ(j, idx[i])``, the gradient of a gather), the term is turned into a
+   scatter over its domain: ``dX[idx[i], ...] += ...`` — O(|domain|), no dense mask.
+
+Worked example, the stride-2 convolution input gradient in 1-D (kernel 3):
+``dX[y] = Σ_{oy<OH, ry<3} δ(y, 2·oy + ry) · dY[oy] · W[ry]``.  Solving ``2·oy + ry = y``
+gives ``oy = t, ry = y − 2t``; the box becomes ``0 <= t < OH`` and ``0 <= y − 2t < 3``, so
+``t`` runs from ``max(0, ceil((y−2)/2))`` to ``min(OH−1, floor(y/2))``: one or two taps per
+``y``, no guard in the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tecomp import dtypes
+from tecomp import expr as E
+from tecomp.functor import fresh_name, substitute
+from tecomp.solvers.affine import Affine
+from tecomp.solvers.inequalities import eliminate_inequalities, normalize_inequalities
+from tecomp.solvers.integer_system import solve_parametric
+
+from .bridge import AffineBridge, linear_condition
+from .terms import Term
+
+
+@dataclass
+class Domain:
+    """The solved form of a term: loops ``axes`` (bounds may use outer ones), a guard on
+    the output variables, residual conditions inside the loops, and the substitution of
+    the old summation variables."""
+
+    axes: list[E.IterVar]
+    guard: E.Expr
+    where: E.Expr | None
+    mapping: dict[E.Var, E.Expr]
+    remaining_deltas: list[tuple[E.Expr, E.Expr]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class NeedsScatter(Exception):
+    """A delta pins an output variable to a data-dependent value."""
+
+
+def _conjuncts(e: E.Expr) -> list[E.Expr]:
+    if isinstance(e, E.And):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _ceil_div(x: E.Expr, a: int) -> E.Expr:
+    return x if a == 1 else E.floordiv(E.add(x, a - 1), a)
+
+
+def solve_domain(term: Term, out_names: set[str], taken: set[str]) -> Domain | None:
+    """Solve ``term``'s deltas and bound its domain; None when the term is identically 0."""
+    unknown_vars = [ax.var for ax in term.axes]
+    bridge = AffineBridge({v.name for v in unknown_vars})
+    eqs: list[Affine] = []
+    ineqs: list[Affine] = []
+    residual: list[E.Expr] = []
+    nonaffine: list[tuple[E.Expr, E.Expr]] = []
+    for a, b in term.deltas:
+        x, y = bridge.to_affine(a), bridge.to_affine(b)
+        d = x - y
+        if any(v in bridge.impure for v in d.variables):
+            nonaffine.append((a, b))
+        else:
+            eqs.append(d)
+    for c in term.conds:
+        for part in _conjuncts(c):
+            if isinstance(part, E.EQ) and dtypes.is_int(part.a.dtype):
+                d = bridge.to_affine(part.a) - bridge.to_affine(part.b)
+                if not any(v in bridge.impure for v in d.variables):
+                    eqs.append(d)
+                    continue
+            lin = linear_condition(part, bridge)
+            if lin is not None and not any(v in bridge.impure for a in lin for v in a.variables):
+                ineqs += lin
+            else:
+                residual.append(part)
+    for ax in term.axes:
+        lo, ext = bridge.to_affine(ax.lo), bridge.to_affine(ax.extent)
+        v = Affine.var(ax.var.name)
+        bounds = [v - lo, lo + ext - v - 1]
+        if any(x in bridge.impure for b in bounds for x in b.variables):
+            residual += [ax.var >= ax.lo, ax.var < ax.lo + ax.extent]
+        else:
+            ineqs += bounds
+    eqs += bridge.equations
+    ineqs += bridge.inequalities
+    unknowns = [v.name for v in unknown_vars] + bridge.new_unknowns
+
+    guard: list[E.Expr] = []
+    # -- 1. equations: unknowns = particular / den + kernel . t
+    t_names: list[str] = []
+    subst: dict[str, tuple[Affine, int]] = {}
+    if eqs:
+        A = [[e.coeff(u) for u in unknowns] for e in eqs]
+        rhs = [-(e - sum((Affine.var(u) * e.coeff(u) for u in unknowns), Affine())) for e in eqs]
+        sol = solve_parametric(A, rhs)
+        if sol is None:
+            return None
+        for _ in range(sol.num_free):
+            name = fresh_name("t", taken)
+            taken.add(name)
+            t_names.append(name)
+        for u, (num, den) in zip(unknowns, sol.expressions(t_names)):
+            subst[u] = (num, den)
+        for cong in sol.conditions:
+            guard.append(E.compare(E.EQ, E.mod(bridge.to_expr(cong.expr), cong.modulus), 0))
+        for eq in sol.equalities:
+            guard.append(E.compare(E.EQ, bridge.to_expr(eq), 0))
+    else:
+        for u in unknowns:
+            subst[u] = (Affine.var(u), 1)
+            t_names.append(u)
+
+    # -- 2. inequalities in t (scaled by the denominators), projected inner to outer
+    cons: list[Affine] = []
+    for g in ineqs:
+        scale = 1
+        for u in unknowns:
+            if g.coeff(u):
+                scale = _lcm(scale, subst[u][1])
+        h = g * scale - sum((Affine.var(u) * (g.coeff(u) * scale) for u in unknowns), Affine())
+        for u in unknowns:
+            c = g.coeff(u)
+            if c:
+                num, den = subst[u]
+                h = h + num * (c * scale // den)
+        cons.append(h)
+    norm = normalize_inequalities(cons)
+    if norm is None:
+        return None
+    cons = norm
+    t_exprs = {n: E.Var(n, "int64") for n in t_names}
+    bounds: dict[str, tuple[list[tuple[Affine, int]], list[tuple[Affine, int]]]] = {}
+    for name in reversed(t_names):
+        lows, ups = [], []
+        for c in cons:
+            a = c.coeff(name)
+            rest = c - Affine.var(name) * a
+            if a > 0:
+                lows.append((-rest, a))  # name >= ceil(-rest / a)
+            elif a < 0:
+                ups.append((rest, -a))  # name <= floor(rest / -a)
+        bounds[name] = (lows, ups)
+        projected, _exact = eliminate_inequalities(cons, name)
+        if projected is None:
+            return None
+        cons = projected
+    for c in cons:  # conditions on the output variables and sizes alone
+        guard.append(E.compare(E.GE, bridge.to_expr(c), 0))
+
+    axes: list[E.IterVar] = []
+    for name in t_names:
+        lows, ups = bounds[name]
+        if not lows or not ups:
+            raise ValueError(f"unbounded summation variable {name} in a delta term")
+        lo = None
+        for aff, a in lows:
+            x = _ceil_div(bridge.to_expr(aff, t_exprs), a)
+            lo = x if lo is None else E.maximum(lo, x)
+        hi = None
+        for aff, b in ups:
+            x = bridge.to_expr(aff, t_exprs, b)
+            hi = x if hi is None else E.minimum(hi, x)
+        axes.append(E.IterVar(t_exprs[name], lo, E.add(E.sub(hi, lo), 1), "reduce"))
+
+    mapping: dict[E.Var, E.Expr] = {}
+    for v in unknown_vars:
+        num, den = subst[v.name]
+        mapping[v] = bridge.to_expr(num, t_exprs, den)
+    # div/mod unknowns are internal; atoms refer to IR expressions already
+    guard_expr = E.Const(True, "bool")
+    for g in guard:
+        guard_expr = E.logical_and(guard_expr, g)
+    where = None
+    for r in residual:
+        r2 = substitute(r, mapping)
+        where = r2 if where is None else E.logical_and(where, r2)
+    rem = [(substitute(a, mapping), substitute(b, mapping)) for a, b in nonaffine]
+    return Domain(axes, guard_expr, where, mapping, rem)
+
+
+def _lcm(a: int, b: int) -> int:
+    from math import gcd
+
+    return a * b // gcd(a, b)
