@@ -1,0 +1,110 @@
+"""An in-memory, thread-safe, bounded (LRU) cache of compiled kernels.
+
+Keys are strings that identify a program completely: :func:`program_key` hashes the structural
+text of the lowered program (every node's ``repr`` lists all its fields, deterministically)
+together with the target and the machine the code is generated for.  Compiling is the
+expensive step (tens to hundreds of milliseconds), so a second ``tc.build`` of the same program
+reuses the compiled code.
+
+When several threads ask for the same missing key at once, one compiles and the others wait
+for its result instead of compiling it again.  A failed compile is not cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Generic, TypeVar
+
+from ..loopir import LoweredFunc
+
+V = TypeVar("V")
+
+
+def program_key(func: LoweredFunc, target: str, machine: str = "") -> str:
+    """A digest of ``func``'s structure, the target name and the machine description."""
+    h = hashlib.sha256()
+    for part in (target, machine, repr(func)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class _Pending:
+    __slots__ = ("done", "value", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class CompileCache(Generic[V]):
+    """Map keys to compiled objects; at most ``maxsize`` entries, least recently used evicted."""
+
+    def __init__(self, maxsize: int = 256) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be at least 1")
+        self.maxsize = maxsize
+        self._data: OrderedDict[str, V] = OrderedDict()
+        self._pending: dict[str, _Pending] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.hits = self.misses = 0
+
+    def get_or_compile(self, key: str, compile: Callable[[], V]) -> V:
+        """The cached value of ``key``, or ``compile()``'s result (then cached)."""
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return self._data[key]
+            pending = self._pending.get(key)
+            owner = pending is None
+            if owner:
+                pending = self._pending[key] = _Pending()
+                self.misses += 1
+            else:
+                self.hits += 1
+        assert pending is not None
+        if not owner:
+            pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
+            return pending.value
+        try:
+            value = compile()
+        except BaseException as err:
+            pending.error = err
+            with self._lock:
+                self._pending.pop(key, None)
+            pending.done.set()
+            raise
+        pending.value = value
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+            self._pending.pop(key, None)
+        pending.done.set()
+        return value
+
+
+# The process-wide cache tc.build uses.  It only ever holds compiled code for programs that
+# were built; ``clear()`` empties it.
+KERNELS: CompileCache[Any] = CompileCache(256)

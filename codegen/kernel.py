@@ -1,0 +1,368 @@
+"""Kernel: a compiled program called on NumPy arrays.
+
+``kernel(*arrays, out=None)`` checks everything before native code runs — argument count,
+each array's ndim, dtype (no implicit casting) and extents — binds the symbolic sizes from the
+arrays' shapes and checks them for consistency across arrays, allocates the outputs (or checks
+``out=``), and calls the compiled function through ctypes (which releases the GIL, so kernels
+may run concurrently in threads).  Every failure raises
+:class:`~tecomp.errors.ArgumentError` naming the tensor and the axis.
+
+Inputs are never written: non-contiguous or unaligned arrays are copied to contiguous ones,
+contiguous ones are passed as they are and the generated code only stores into outputs and
+temporaries.  ``out=`` arrays must be C-contiguous, writeable, of the exact dtype and shape,
+and must not overlap an input or each other.
+
+Extents are bound from a dimension that is a bare size variable (``n``); a dimension that is an
+expression of one still-unbound size that is affine in it (``n + 2``, ``2 * n``) is solved for
+it; every other dimension is checked once the sizes are known.  Scalar ``tc.var`` inputs are
+passed as Python (or NumPy) integers in their position among the inputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from .. import expr as E
+from ..errors import ArgumentError, CompileError
+from ..loopir import Buffer, LoweredFunc
+from ..tensor import Tensor
+
+
+class _BufArg:
+    """A tensor argument: where it goes and what it must look like."""
+
+    __slots__ = ("label", "buffer", "dtype", "np_dtype", "dims")
+
+    def __init__(self, label: str, buffer: Buffer) -> None:
+        self.label = label
+        self.buffer = buffer
+        self.dtype = buffer.dtype
+        self.np_dtype = dtypes.to_numpy(buffer.dtype)
+        self.dims = tuple(buffer.shape)
+
+
+class _VarArg:
+    __slots__ = ("label", "var")
+
+    def __init__(self, var: E.Var) -> None:
+        self.label = f"scalar {var.name!r}"
+        self.var = var
+
+
+class Kernel:
+    """A compiled program: ``kernel(*arrays, out=None)`` returns one array or a tuple.
+
+    Attributes: ``ir`` (the :class:`~tecomp.loopir.LoweredFunc`), ``source`` (the optimised
+    LLVM IR), ``name``, ``inputs`` and ``outputs`` (what the arguments and results stand for),
+    ``target``.
+    """
+
+    def __init__(self, func: LoweredFunc, entry: Any, *,
+                 inputs: Sequence[Tensor | E.Var] | None = None,
+                 outputs: Sequence[Tensor] | None = None,
+                 hidden: Mapping[Buffer, np.ndarray] | None = None,
+                 single: bool | None = None, target: str = "llvm") -> None:
+        self.ir = func
+        self.name = func.name
+        self.target = target
+        self._entry = entry
+        self.source: str = entry.source
+        self._args: list[_BufArg | _VarArg] = []
+        self._bufs: list[tuple[_BufArg, int]] = []  # (spec, argument position)
+        self._hidden: list[np.ndarray] = []
+        self._map_inputs(func, inputs, hidden or {})
+        self._map_outputs(func, outputs)
+        self.inputs = tuple(inputs) if inputs is not None else tuple(
+            a.buffer if isinstance(a, _BufArg) else a.var for a in self._args)
+        self.outputs = tuple(outputs) if outputs is not None else tuple(func.outputs)
+        self._single = len(self._outs) == 1 if single is None else single
+        nbuf = len(func.inputs) + len(func.outputs)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * nbuf +
+                                                   [ctypes.c_int64] * len(func.params)))
+        self._fn = proto(entry.address)
+
+    # ------------------------------------------------------------------------ set-up
+    def _map_inputs(self, func: LoweredFunc, inputs: Sequence[Any] | None,
+                    hidden: Mapping[Buffer, np.ndarray]) -> None:
+        bufs = list(func.inputs)
+        if inputs is None:
+            shaped = {d for b in bufs for d in b.shape if isinstance(d, E.Var)}
+            for b in bufs:
+                self._add_buffer(f"tensor {b.name!r}", b)
+            for p in func.params:
+                if p not in shaped and not any(p in _vars(d) for b in bufs for d in b.shape):
+                    self._args.append(_VarArg(p))
+            used = len(bufs)
+        else:
+            used = 0
+            for x in inputs:
+                if isinstance(x, Tensor):
+                    if used >= len(bufs):
+                        raise CompileError(
+                            f"jit: kernel {func.name!r} has no buffer for input {x.name!r}")
+                    b = bufs[used]
+                    if b.ndim != x.ndim or b.dtype != x.dtype:
+                        raise CompileError(
+                            f"jit: input {x.name!r} does not match buffer {b.name!r} of "
+                            f"kernel {func.name!r}")
+                    used += 1
+                    self._add_buffer(f"tensor {x.name!r}", b)
+                elif isinstance(x, E.Var):
+                    self._args.append(_VarArg(x))
+                else:
+                    raise ArgumentError(
+                        f"inputs of kernel {func.name!r}: {x!r} is neither a tensor nor a tc.var")
+        for b in bufs[used:]:  # data the program carries itself (constant tensors)
+            if b not in hidden:
+                raise CompileError(f"jit: no data for the input buffer {b.name!r}")
+            arr = np.ascontiguousarray(hidden[b], dtype=dtypes.to_numpy(b.dtype))
+            self._hidden.append(arr)
+        self._hidden_specs = [_BufArg(f"constant {b.name!r}", b) for b in bufs[used:]]
+
+    def _add_buffer(self, label: str, b: Buffer) -> None:
+        spec = _BufArg(label, b)
+        self._bufs.append((spec, len(self._args)))
+        self._args.append(spec)
+
+    def _map_outputs(self, func: LoweredFunc, outputs: Sequence[Tensor] | None) -> None:
+        labels = [f"output {t.name!r}" for t in outputs] if outputs is not None else \
+            [f"output {b.name!r}" for b in func.outputs]
+        if len(labels) != len(func.outputs):
+            raise CompileError(
+                f"jit: kernel {func.name!r} has {len(func.outputs)} output buffer(s) for "
+                f"{len(labels)} output(s)")
+        self._outs = [_BufArg(lab, b) for lab, b in zip(labels, func.outputs)]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(a.label for a in self._args)
+        outs = ", ".join(o.label for o in self._outs)
+        return f"<Kernel {self.name!r} ({ins}) -> ({outs}) target={self.target}>"
+
+    # ------------------------------------------------------------------------ calling
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        if len(arrays) != len(self._args):
+            names = ", ".join(a.label for a in self._args)
+            raise ArgumentError(
+                f"kernel {self.name!r} takes {len(self._args)} argument(s) ({names}), "
+                f"got {len(arrays)}")
+        sizes: dict[E.Var, int] = {}
+        source: dict[E.Var, str] = {}
+        for spec, x in zip(self._args, arrays):
+            if isinstance(spec, _VarArg):
+                sizes[spec.var] = _scalar(spec, x)
+                source[spec.var] = spec.label
+        ins: list[np.ndarray] = []
+        for spec, pos in self._bufs:
+            ins.append(_array(spec, arrays[pos], pos))
+        pending: list[tuple[_BufArg, int, int]] = []
+        for (spec, _), a in zip(self._bufs, ins):
+            _bind(spec, a.shape, sizes, source, pending)
+        for spec, a in zip(self._hidden_specs, self._hidden):
+            _bind(spec, a.shape, sizes, source, pending)
+        _resolve(pending, sizes, source)
+        params = []
+        for p in self.ir.params:
+            if p not in sizes:
+                raise ArgumentError(
+                    f"kernel {self.name!r}: the size {p.name!r} is not determined by the "
+                    "arguments' shapes; pass it as a tc.var input")
+            params.append(sizes[p])
+        outs = self._outputs(out, sizes, ins + [x for x in arrays if isinstance(x, np.ndarray)])
+        ptrs = [a.ctypes.data for a in ins] + [a.ctypes.data for a in self._hidden] + \
+            [o.ctypes.data for o in outs]
+        rc = self._fn(*ptrs, *params)
+        if rc != 0:
+            raise ArgumentError(
+                f"kernel {self.name!r}: out of memory for a temporary buffer (code {rc})")
+        if self._single:
+            return outs[0]
+        return tuple(outs)
+
+    def _outputs(self, out: Any, sizes: dict[E.Var, int],
+                 ins: list[np.ndarray]) -> list[np.ndarray]:
+        shapes = []
+        for spec in self._outs:
+            shape = []
+            for d, e in enumerate(spec.dims):
+                v = eval_int(e, sizes)
+                if v < 0:
+                    raise ArgumentError(
+                        f"kernel {self.name!r}, {spec.label}, axis {d}: extent {e} is {v} for "
+                        "the given sizes")
+                shape.append(v)
+            shapes.append(tuple(shape))
+        if out is None:
+            return [np.empty(s, dtype=o.np_dtype) for o, s in zip(self._outs, shapes)]
+        given = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(given) != len(self._outs):
+            raise ArgumentError(
+                f"kernel {self.name!r}: out= has {len(given)} array(s) for {len(self._outs)} "
+                "output(s)")
+        for n, (spec, shape, o) in enumerate(zip(self._outs, shapes, given)):
+            where = f"kernel {self.name!r}, out= for {spec.label}"
+            if not isinstance(o, np.ndarray):
+                raise ArgumentError(f"{where}: expected a NumPy array, got {type(o).__name__}")
+            if o.dtype != spec.np_dtype:
+                raise ArgumentError(f"{where}: expected dtype {spec.dtype}, got {o.dtype}")
+            if o.shape != shape:
+                raise ArgumentError(f"{where}: expected shape {shape}, got {o.shape}")
+            if not (o.flags.c_contiguous and o.flags.aligned and o.flags.writeable):
+                raise ArgumentError(f"{where}: the array must be C-contiguous, aligned and "
+                                    "writeable")
+            for x in ins + given[:n]:
+                if np.may_share_memory(o, x):
+                    raise ArgumentError(f"{where}: the array overlaps an input or another "
+                                        "output")
+        return given
+
+
+# ---------------------------------------------------------------------------- argument checks
+def _vars(e: E.Expr) -> set[E.Var]:
+    from ..functor import free_vars
+
+    return free_vars(e)
+
+
+def _scalar(spec: _VarArg, x: Any) -> int:
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu":
+        x = x.item()
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise ArgumentError(f"{spec.label}: expected an integer, got {type(x).__name__}")
+    v = int(x)
+    info = np.iinfo(dtypes.to_numpy(spec.var.dtype))
+    if not info.min <= v <= info.max:
+        raise ArgumentError(f"{spec.label}: {v} does not fit in {spec.var.dtype}")
+    return v
+
+
+_PY_KIND = {bool: "b", int: "iu", float: "f"}
+
+
+def _array(spec: _BufArg, x: Any, pos: int) -> np.ndarray:
+    where = f"argument {pos} ({spec.label})"
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, np.generic):
+            x = np.asarray(x)
+        elif spec.buffer.ndim == 0 and type(x) in _PY_KIND and \
+                spec.np_dtype.kind in _PY_KIND[type(x)]:
+            x = np.asarray(x, dtype=spec.np_dtype)
+        else:
+            raise ArgumentError(
+                f"{where}: expected a NumPy array of dtype {spec.dtype}, got "
+                f"{type(x).__name__}")
+    if x.ndim != len(spec.dims):
+        raise ArgumentError(
+            f"{where}: expected {len(spec.dims)} dimension(s), got an array with {x.ndim} "
+            f"(shape {x.shape})")
+    if x.dtype != spec.np_dtype:
+        raise ArgumentError(
+            f"{where}: expected dtype {spec.dtype}, got {x.dtype}; tecomp does not cast "
+            f"implicitly (use .astype(np.{spec.np_dtype.name}))")
+    if not (x.flags.c_contiguous and x.flags.aligned):
+        x = np.ascontiguousarray(x)
+    return x
+
+
+def _bind(spec: _BufArg, shape: tuple[int, ...], sizes: dict[E.Var, int],
+          source: dict[E.Var, str], pending: list[tuple[_BufArg, int, int]]) -> None:
+    for d, (e, got) in enumerate(zip(spec.dims, shape)):
+        if isinstance(e, E.Const):
+            if got != e.value:
+                raise ArgumentError(f"{spec.label}, axis {d}: expected extent {e.value}, got {got}")
+        elif isinstance(e, E.Var):
+            if e in sizes:
+                if sizes[e] != got:
+                    raise ArgumentError(
+                        f"{spec.label}, axis {d}: expected extent {e.name} = {sizes[e]} (bound "
+                        f"from {source[e]}), got {got}")
+            else:
+                sizes[e] = got
+                source[e] = f"{spec.label}, axis {d}"
+        else:
+            pending.append((spec, d, got))
+
+
+def _resolve(pending: list[tuple[_BufArg, int, int]], sizes: dict[E.Var, int],
+             source: dict[E.Var, str]) -> None:
+    """Check (or solve for one unbound size) the dimensions that are expressions."""
+    progress = True
+    while pending and progress:
+        progress = False
+        rest = []
+        for spec, d, got in pending:
+            e = spec.dims[d]
+            free = [v for v in _vars(e) if v not in sizes]
+            if len(free) == 1:
+                v = solve_affine(e, free[0], got, sizes)
+                if v is not None:
+                    sizes[free[0]] = v
+                    source[free[0]] = f"{spec.label}, axis {d}"
+                    progress = True
+                    continue
+            if free:
+                rest.append((spec, d, got))
+                continue
+            want = eval_int(e, sizes)
+            if want != got:
+                names = ", ".join(f"{v.name} = {sizes[v]}" for v in sorted(
+                    _vars(e), key=lambda v: v.name))
+                raise ArgumentError(
+                    f"{spec.label}, axis {d}: expected extent {e} = {want} ({names}), got {got}")
+            progress = True
+        pending[:] = rest
+    for spec, d, got in pending:
+        e = spec.dims[d]
+        free = sorted(v.name for v in _vars(e) if v not in sizes)
+        raise ArgumentError(
+            f"{spec.label}, axis {d}: extent {e} (= {got}) does not determine "
+            f"{', '.join(free)}")
+
+
+# ---------------------------------------------------------------------------- size arithmetic
+_INT_OPS = {
+    E.Add: lambda a, b: a + b, E.Sub: lambda a, b: a - b, E.Mul: lambda a, b: a * b,
+    E.FloorDiv: lambda a, b: a // (b or 1), E.Mod: lambda a, b: a % (b or 1),
+    E.Min: min, E.Max: max,
+}
+
+
+def eval_int(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
+    """The value of the integer size expression ``e`` given ``sizes``."""
+    if isinstance(e, E.Const):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        try:
+            return sizes[e]
+        except KeyError:
+            raise ArgumentError(f"the size {e.name!r} is not bound") from None
+    if isinstance(e, E.Cast):
+        return eval_int(e.value, sizes)
+    if isinstance(e, E.Neg):
+        return -eval_int(e.a, sizes)
+    op = _INT_OPS.get(type(e))
+    if op is None:
+        raise ArgumentError(f"cannot evaluate the extent {e} from the arguments' shapes")
+    return int(op(eval_int(e.a, sizes), eval_int(e.b, sizes)))
+
+
+def solve_affine(e: E.Expr, v: E.Var, target: int, sizes: Mapping[E.Var, int]) -> int | None:
+    """The integer ``x`` with ``e[v := x] == target`` when ``e`` is affine in ``v``, else None.
+
+    ``e`` is sampled at three points; a non-affine ``e`` (``v * v``, ``v // 2``) is detected by
+    the samples or by the final check, and gives None.
+    """
+    env = dict(sizes)
+
+    def at(x: int) -> int:
+        env[v] = x
+        return eval_int(e, env)
+
+    b, a = at(0), at(1) - at(0)
+    if a == 0 or at(2) != b + 2 * a or (target - b) % a:
+        return None
+    x = (target - b) // a
+    return x if at(x) == target else None

@@ -1,0 +1,242 @@
+"""Loop IR to LLVM IR: one function per :class:`~tecomp.loopir.LoweredFunc`.
+
+The generated function is ::
+
+    i32 @name(ptr noalias %in0, ..., ptr noalias %out0, ..., i64 %param0, ...)
+
+one pointer per input and output buffer (dense, row-major), then one i64 per scalar parameter
+(symbolic sizes and scalar ``tc.var`` inputs), in the order of ``LoweredFunc.inputs``,
+``.outputs`` and ``.params``.  It returns 0, or 1 when a temporary buffer could not be
+allocated.
+
+Statements (the conventions of :mod:`tecomp.loopir`):
+
+* ``For(v, lo, hi, body, step)`` becomes a loop ``v = lo; while v < hi: body; v += step`` with
+  ``lo`` and ``hi`` evaluated once before it.  Every ``kind`` runs serially here; threading of
+  ``"parallel"`` loops is done by :mod:`.parallel` on top of this emitter.
+* ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.
+* ``Allocate``: a ``"local"`` buffer or a temporary of constant size up to
+  :data:`STACK_LIMIT` bytes is an ``alloca`` in the entry block (mem2reg promotes scalars to
+  registers); larger or symbolic temporaries are ``malloc``-ed before the body and ``free``-d
+  after it.
+* ``IfThenElse`` branches, ``Seq`` runs in order, ``LetStmt`` binds an SSA value.
+
+Expressions are emitted by :class:`.emit_expr.ExprEmitter`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from llvmlite import ir
+
+from ... import expr as E
+from ...errors import CompileError
+from ...loopir import Allocate, Buffer, For, IfThenElse, LetStmt, LoweredFunc, Seq, Store
+from . import types as T
+from .emit_expr import ExprEmitter
+
+STACK_LIMIT = 16384  # bytes; larger temporaries go to the heap
+
+
+def symbol_name(name: str) -> str:
+    """A valid, readable LLVM symbol for a kernel name."""
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name or "kernel")
+    return s if s and not s[0].isdigit() else "k_" + s
+
+
+def emit_module(func: LoweredFunc) -> ir.Module:
+    """An LLVM module with one function implementing ``func`` (see the module docstring)."""
+    module = ir.Module(name=symbol_name(func.name))
+    FunctionEmitter(module, func, symbol_name(func.name)).run()
+    return module
+
+
+def signature(func: LoweredFunc) -> ir.FunctionType:
+    nbuf = len(func.inputs) + len(func.outputs)
+    return ir.FunctionType(T.I32, [T.PTR] * nbuf + [T.I64] * len(func.params))
+
+
+class FunctionEmitter(ExprEmitter):
+    """Emit the body of one lowered function into ``module``."""
+
+    def __init__(self, module: ir.Module, func: LoweredFunc, name: str) -> None:
+        self.func = func
+        self.fn = ir.Function(module, signature(func), name)
+        self.fn.attributes.add("nounwind")
+        self.entry = self.fn.append_basic_block("entry")
+        super().__init__(ir.IRBuilder(self.entry))
+        self._oom: ir.Block | None = None
+        self._bind_arguments()
+
+    def _bind_arguments(self) -> None:
+        func = self.func
+        bufs = list(func.inputs) + list(func.outputs)
+        for buf, arg in zip(bufs, self.fn.args):
+            arg.name = symbol_name(buf.name)
+            arg.add_attribute("noalias")
+            if buf in self.buffers:
+                raise CompileError(f"emit: buffer {buf.name!r} appears twice in the signature")
+            self.buffers[buf] = arg
+        for p, arg in zip(func.params, self.fn.args[len(bufs):]):
+            arg.name = symbol_name(p.name)
+            if not T.is_int(p.dtype):
+                raise CompileError(
+                    f"emit: parameter {p.name!r} has dtype {p.dtype}; parameters are integers")
+            self.env[p] = T.convert(self.b, arg, "int64", p.dtype)
+
+    def run(self) -> ir.Function:
+        self.visit(self.func.body)
+        self.b.ret(ir.Constant(T.I32, 0))
+        return self.fn
+
+    # ------------------------------------------------------------------------- statements
+    def visit_Seq(self, s: Seq) -> None:
+        for x in s.stmts:
+            self.visit(x)
+
+    def visit_LetStmt(self, s: LetStmt) -> None:
+        v = self.emit(s.value, s.var.dtype)
+        with _Bound(self.env, s.var, v):
+            self.visit(s.body)
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        c = self.emit(s.cond, "bool")
+        if s.else_ is None:
+            with self.b.if_then(c):
+                self.visit(s.then)
+        else:
+            with self.b.if_else(c) as (then, other):
+                with then:
+                    self.visit(s.then)
+                with other:
+                    self.visit(s.else_)
+
+    def visit_For(self, s: For) -> None:
+        self.loop(s, s.lo, s.hi)
+
+    def loop(self, s: For, lo_e: Any, hi_e: Any) -> None:
+        """Emit ``for v in range(lo, hi, step): body`` (``lo``/``hi``: Exprs or i64 values)."""
+        if not isinstance(s.step, int) or s.step < 1:
+            raise CompileError(f"emit: loop over {s.var.name!r} has step {s.step!r}; need >= 1")
+        if not T.is_int(s.var.dtype):
+            raise CompileError(f"emit: loop variable {s.var.name!r} has dtype {s.var.dtype}")
+        vt = T.reg_type(s.var.dtype)
+        lo = self._bound(lo_e, s.var.dtype)
+        hi = self._bound(hi_e, s.var.dtype)
+        pre = self.b.block
+        head = self.fn.append_basic_block(f"{s.var.name}.head")
+        body = self.fn.append_basic_block(f"{s.var.name}.body")
+        done = self.fn.append_basic_block(f"{s.var.name}.end")
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        iv = self.b.phi(vt, name=symbol_name(s.var.name))
+        iv.add_incoming(lo, pre)
+        self.b.cbranch(self.b.icmp_signed("<", iv, hi), body, done)
+        self.b.position_at_end(body)
+        with _Bound(self.env, s.var, iv):
+            self.visit(s.body)
+        nxt = self.b.add(iv, ir.Constant(vt, s.step), flags=("nsw",))
+        iv.add_incoming(nxt, self.b.block)
+        self.b.branch(head)
+        self.b.position_at_end(done)
+
+    def _bound(self, e: Any, dtype: str) -> ir.Value:
+        if isinstance(e, ir.Value):
+            return T.convert(self.b, e, "int64", dtype)
+        return self.emit(e, dtype)
+
+    def visit_Store(self, s: Store) -> None:
+        buf = s.buffer
+        if buf.scope == "input":
+            raise CompileError(f"emit: store into the input buffer {buf.name!r}")
+        ptr = self.address(buf, s.indices)
+        v = self.emit(s.value, buf.dtype)
+        if s.reduce is not None:
+            old = T.load_value(self.b, ptr, buf.dtype)
+            v = self.combine(s.reduce, buf.dtype, old, v)
+        T.store_value(self.b, v, ptr, buf.dtype)
+
+    def combine(self, combiner: str, dtype: str, old: ir.Value, v: ir.Value) -> ir.Value:
+        """``old (combiner) v`` in registers of ``dtype``."""
+        fl = T.is_float(dtype)
+        if combiner == "sum":
+            if dtype == "bool":
+                return self.b.or_(old, v)
+            return self.b.fadd(old, v, flags=T.FAST) if fl else self.b.add(old, v)
+        if combiner == "prod":
+            if dtype == "bool":
+                return self.b.and_(old, v)
+            return self.b.fmul(old, v, flags=T.FAST) if fl else self.b.mul(old, v)
+        if combiner in ("max", "min"):
+            return self._minmax(combiner, dtype, old, v)
+        raise CompileError(f"emit: unknown reduction combiner {combiner!r}")
+
+    def visit_Allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        mt = T.mem_type(buf.dtype)
+        const = [int(x.value) for x in buf.shape if isinstance(x, E.Const)]
+        heap = len(const) != buf.ndim
+        if not heap:
+            count = 1
+            for c in const:
+                count *= max(c, 0)
+            heap = count * T.elem_size(buf.dtype) > STACK_LIMIT
+        if not heap:
+            ptr = self._entry_alloca(ir.ArrayType(mt, max(count, 1)), buf.name)
+        else:
+            ptr = self._malloc(buf)
+        with _Bound(self.buffers, buf, ptr):
+            self.visit(s.body)
+        if heap:
+            free = T.declare(self.b.module, "free", ir.VoidType(), [T.PTR])
+            self.b.call(free, [ptr])
+
+    def _entry_alloca(self, t: ir.Type, name: str) -> ir.Value:
+        eb = ir.IRBuilder(self.entry)
+        eb.position_at_start(self.entry)
+        p = eb.alloca(t, name=symbol_name(name))
+        p.align = 64 if isinstance(t, ir.ArrayType) and t.count > 1 else None
+        return p
+
+    def _malloc(self, buf: Buffer) -> ir.Value:
+        n: ir.Value = ir.Constant(T.I64, T.elem_size(buf.dtype))
+        for d in buf.shape:
+            ext = self.b.call(T.declare(self.b.module, "llvm.smax.i64", T.I64, [T.I64, T.I64]),
+                              [self.index(d), ir.Constant(T.I64, 0)])
+            n = self.b.mul(n, ext)
+        n = self.b.call(T.declare(self.b.module, "llvm.smax.i64", T.I64, [T.I64, T.I64]),
+                        [n, ir.Constant(T.I64, 1)])
+        malloc = T.declare(self.b.module, "malloc", T.PTR, [T.I64])
+        p = self.b.call(malloc, [n], name=symbol_name(buf.name))
+        ok = self.fn.append_basic_block(f"{symbol_name(buf.name)}.ok")
+        self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(T.PTR, None)), self._oom_block(),
+                       ok)
+        self.b.position_at_end(ok)
+        return p
+
+    def _oom_block(self) -> ir.Block:
+        if self._oom is None:
+            self._oom = self.fn.append_basic_block("out_of_memory")
+            ir.IRBuilder(self._oom).ret(ir.Constant(T.I32, 1))
+        return self._oom
+
+
+class _Bound:
+    """Bind ``key`` to ``value`` in ``table`` for the extent of a ``with`` block."""
+
+    _MISSING = object()
+
+    def __init__(self, table: dict, key: Any, value: Any) -> None:
+        self.table, self.key, self.value = table, key, value
+
+    def __enter__(self) -> None:
+        self.old = self.table.get(self.key, self._MISSING)
+        self.table[self.key] = self.value
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.old is self._MISSING:
+            self.table.pop(self.key, None)
+        else:
+            self.table[self.key] = self.old

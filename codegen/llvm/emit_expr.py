@@ -1,0 +1,326 @@
+"""Scalar expressions of the loop IR to LLVM IR (llvmlite.ir).
+
+:class:`ExprEmitter` has one ``visit_<Node>`` rule per node of :mod:`tecomp.expr` plus
+:class:`~tecomp.loopir.BufferLoad`.  A rule returns a value of the node's register type (see
+:mod:`.types`); operands of another dtype are converted first (an int64 ``Add`` may have an
+int32 operand).
+
+Semantics, following the reference evaluator (:mod:`tecomp.evaluate`):
+
+* ``//`` and ``%`` on integers use floor semantics (Python's).  LLVM's ``sdiv``/``srem``
+  truncate toward zero, so the quotient is decremented (and the divisor added to the
+  remainder) when the remainder is non-zero and its sign differs from the divisor's.  Worked
+  example: ``-7 // 2``: ``sdiv`` gives -3, ``srem`` gives -1; the signs of -1 and 2 differ, so
+  the result is -4 and ``-7 % 2`` is ``-1 + 2 = 1``.  A zero divisor behaves as 1 (NumPy's and
+  the evaluator's convention, never a trap) and a divisor of -1 is handled apart so that
+  ``INT_MIN // -1`` wraps instead of trapping.  With a constant divisor LLVM folds all of this.
+* ``//`` and ``%`` on floats follow NumPy's ``divmod`` (``fmod`` then a sign fix).
+* ``if_then_else`` evaluates only the chosen arm when an arm reads memory (a read may be out
+  of bounds where the condition is false, e.g. padding): it emits branches and a ``phi``.
+  Arms without loads cannot fault, so both are computed and an LLVM ``select`` picks one.
+  ``&`` and ``|`` short-circuit the same way when their right operand reads memory.
+* Math calls use LLVM intrinsics where they exist and the C library otherwise (``tanh``,
+  ``erf``); ``sigmoid(x)`` is ``1 / (1 + exp(-x))``.
+* float16 values are computed in single precision and every float16 operation rounds its
+  result to half precision, so ``+ - * /`` give NumPy's float16 results bit for bit.
+* ``Delta(a, b)`` is 1 where ``a == b``, else 0; ``Zero`` is 0.
+
+Reductions and tensor reads must have been lowered away; meeting one raises
+:class:`~tecomp.errors.CompileError` naming the node.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from llvmlite import ir
+
+from ... import expr as E
+from ...errors import CompileError
+from ...functor import children
+from ...loopir import Buffer, BufferLoad
+from . import types as T
+
+
+def _arith_rule(fop: str, iop: str) -> Callable[[ExprEmitter, E.BinaryOp], ir.Value]:
+    def rule(self: ExprEmitter, e: E.BinaryOp) -> ir.Value:
+        a, b = self._operands(e)
+        if T.is_float(e.dtype):
+            return getattr(self.b, fop)(a, b, flags=T.FAST)
+        if e.dtype == "bool":
+            raise CompileError(f"emit: arithmetic on booleans in {e}")
+        return getattr(self.b, iop)(a, b)
+
+    return rule
+
+
+def _compare_rule(op: str) -> Callable[[ExprEmitter, E.CmpOp], ir.Value]:
+    def rule(self: ExprEmitter, e: E.CmpOp) -> ir.Value:
+        dt = _common(e.a.dtype, e.b.dtype)
+        a, b = self.emit(e.a, dt), self.emit(e.b, dt)
+        if T.is_float(dt):
+            if op == "!=":
+                return self.b.fcmp_unordered(op, a, b)
+            return self.b.fcmp_ordered(op, a, b)
+        if dt == "bool":
+            return self.b.icmp_unsigned(op, a, b)
+        return self.b.icmp_signed(op, a, b)
+
+    return rule
+
+
+class ExprEmitter:
+    """Emit scalar expressions at the builder's position.  Subclasses bind buffers/variables."""
+
+    def __init__(self, builder: ir.IRBuilder) -> None:
+        self.b = builder
+        self.env: dict[E.Var, ir.Value] = {}
+        self.buffers: dict[Buffer, ir.Value] = {}
+        self._loads: dict[int, bool] = {}
+
+    # ----------------------------------------------------------------------- entry points
+    def visit(self, e: Any) -> ir.Value:
+        method = getattr(self, "visit_" + type(e).__name__, None)
+        if method is None:
+            raise CompileError(f"emit: the LLVM backend has no rule for {type(e).__name__}: {e}")
+        v = method(e)
+        if isinstance(e, (E.BinaryOp, E.Call)) and e.dtype == "float16":
+            v = T.round_half(self.b, v)  # every float16 operation rounds, as in NumPy
+        return v
+
+    def emit(self, e: E.Expr, dtype: str) -> ir.Value:
+        """``e`` converted to ``dtype``."""
+        return T.convert(self.b, self.visit(e), e.dtype, dtype)
+
+    def index(self, e: E.Expr) -> ir.Value:
+        """An integer expression as an i64 (indices, bounds, sizes)."""
+        if not (T.is_int(e.dtype) or e.dtype == "bool"):
+            raise CompileError(f"emit: index expression {e} has dtype {e.dtype}")
+        return self.emit(e, "int64")
+
+    def address(self, buf: Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
+        """Pointer to ``buf[indices]`` (row-major: offset = (i0 * s1 + i1) * s2 + i2 ...)."""
+        if len(indices) != buf.ndim:
+            raise CompileError(
+                f"emit: buffer {buf.name!r} has {buf.ndim} dimension(s), indexed with "
+                f"{len(indices)}")
+        try:
+            base = self.buffers[buf]
+        except KeyError:
+            raise CompileError(f"emit: buffer {buf.name!r} is not allocated here") from None
+        off: ir.Value = ir.Constant(T.I64, 0)
+        for d, ix in enumerate(indices):
+            i = self.index(ix)
+            if d == 0:
+                off = i
+            else:
+                off = self.b.add(self.b.mul(off, self.index(buf.shape[d]), flags=("nsw",)), i,
+                                 flags=("nsw",))
+        return self.b.gep(base, [off], inbounds=True, source_etype=T.mem_type(buf.dtype))
+
+    # ----------------------------------------------------------------------- leaves
+    def visit_Const(self, e: E.Const) -> ir.Value:
+        return T.constant(e.value, e.dtype)
+
+    def visit_Zero(self, e: E.Zero) -> ir.Value:
+        return T.constant(0, e.dtype)
+
+    def visit_Var(self, e: E.Var) -> ir.Value:
+        try:
+            return self.env[e]
+        except KeyError:
+            raise CompileError(f"emit: variable {e.name!r} is not bound here") from None
+
+    def visit_BufferLoad(self, e: BufferLoad) -> ir.Value:
+        v = T.load_value(self.b, self.address(e.buffer, e.indices), e.buffer.dtype)
+        return T.convert(self.b, v, e.buffer.dtype, e.dtype)
+
+    # ----------------------------------------------------------------------- arithmetic
+    def _operands(self, e: E.BinaryOp) -> tuple[ir.Value, ir.Value]:
+        return self.emit(e.a, e.dtype), self.emit(e.b, e.dtype)
+
+    visit_Add = _arith_rule("fadd", "add")
+    visit_Sub = _arith_rule("fsub", "sub")
+    visit_Mul = _arith_rule("fmul", "mul")
+
+    def visit_Div(self, e: E.Div) -> ir.Value:
+        a, b = self._operands(e)
+        if not T.is_float(e.dtype):
+            raise CompileError(f"emit: true division of integers in {e}")
+        return self.b.fdiv(a, b, flags=T.FAST)
+
+    def visit_FloorDiv(self, e: E.FloorDiv) -> ir.Value:
+        a, b = self._operands(e)
+        return self._float_divmod(a, b)[0] if T.is_float(e.dtype) else self._int_divmod(a, b)[0]
+
+    def visit_Mod(self, e: E.Mod) -> ir.Value:
+        a, b = self._operands(e)
+        return self._float_divmod(a, b)[1] if T.is_float(e.dtype) else self._int_divmod(a, b)[1]
+
+    def _int_divmod(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        bd = self.b
+        t = a.type
+        zero, one, minus1 = ir.Constant(t, 0), ir.Constant(t, 1), ir.Constant(t, -1)
+        is_m1 = bd.icmp_signed("==", b, minus1)
+        safe = bd.select(bd.or_(bd.icmp_signed("==", b, zero), is_m1), one, b)
+        q = bd.sdiv(a, safe)
+        r = bd.srem(a, safe)
+        # floor fix-up: a non-zero remainder whose sign differs from the divisor's
+        fix = bd.and_(bd.icmp_signed("!=", r, zero),
+                      bd.icmp_signed("<", bd.xor(r, safe), zero))
+        q = bd.sub(q, bd.zext(fix, t))
+        r = bd.add(r, bd.select(fix, safe, zero))
+        q = bd.select(is_m1, bd.sub(zero, a), q)
+        return q, r
+
+    def _float_divmod(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        # NumPy's npy_divmod: mod = fmod(a, b); div = (a - mod) / b; fix signs; floor.
+        bd = self.b
+        t = a.type
+        zero, one = ir.Constant(t, 0.0), ir.Constant(t, 1.0)
+        mod = bd.frem(a, b)
+        div = bd.fdiv(bd.fsub(a, mod), b)
+        fix = bd.and_(bd.fcmp_unordered("!=", mod, zero),
+                      bd.icmp_unsigned("!=", bd.fcmp_ordered("<", b, zero),
+                                       bd.fcmp_ordered("<", mod, zero)))
+        mod = bd.select(fix, bd.fadd(mod, b), mod)
+        div = bd.select(fix, bd.fsub(div, one), div)
+        fl = T.intrinsic(bd, "floor", [div])
+        fl = bd.select(bd.fcmp_ordered(">", bd.fsub(div, fl), ir.Constant(t, 0.5)),
+                       bd.fadd(fl, one), fl)
+        signed_zero = T.intrinsic(bd, "copysign", [zero, bd.fdiv(a, b)])
+        quotient = bd.select(bd.fcmp_unordered("!=", div, zero), fl, signed_zero)
+        # a zero divisor: a / b (inf or nan) and fmod's nan, as NumPy
+        quotient = bd.select(bd.fcmp_ordered("==", b, zero), bd.fdiv(a, b), quotient)
+        return quotient, mod
+
+    def visit_Min(self, e: E.Min) -> ir.Value:
+        a, b = self._operands(e)
+        return self._minmax("min", e.dtype, a, b)
+
+    def visit_Max(self, e: E.Max) -> ir.Value:
+        a, b = self._operands(e)
+        return self._minmax("max", e.dtype, a, b)
+
+    def _minmax(self, which: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        if T.is_float(dtype):  # NaN-propagating, as NumPy's minimum/maximum
+            return T.intrinsic(self.b, "minimum" if which == "min" else "maximum", [a, b])
+        if dtype == "bool":
+            return self.b.and_(a, b) if which == "min" else self.b.or_(a, b)
+        return T.intrinsic(self.b, "smin" if which == "min" else "smax", [a, b])
+
+    def visit_Neg(self, e: E.Neg) -> ir.Value:
+        a = self.emit(e.a, e.dtype)
+        if T.is_float(e.dtype):
+            return self.b.fneg(a, flags=T.FAST)
+        return self.b.sub(ir.Constant(a.type, 0), a)
+
+    # ----------------------------------------------------------------------- comparisons
+    visit_LT = _compare_rule("<")
+    visit_LE = _compare_rule("<=")
+    visit_GT = _compare_rule(">")
+    visit_GE = _compare_rule(">=")
+    visit_EQ = _compare_rule("==")
+    visit_NE = _compare_rule("!=")
+
+    def visit_And(self, e: E.And) -> ir.Value:
+        a = self.emit(e.a, "bool")
+        if self.reads_memory(e.b):  # only evaluate b where a holds
+            return self._branch(a, lambda: self.emit(e.b, "bool"), lambda: ir.Constant(T.I1, 0))
+        return self.b.and_(a, self.emit(e.b, "bool"))
+
+    def visit_Or(self, e: E.Or) -> ir.Value:
+        a = self.emit(e.a, "bool")
+        if self.reads_memory(e.b):
+            return self._branch(a, lambda: ir.Constant(T.I1, 1), lambda: self.emit(e.b, "bool"))
+        return self.b.or_(a, self.emit(e.b, "bool"))
+
+    def visit_Not(self, e: E.Not) -> ir.Value:
+        return self.b.xor(self.emit(e.a, "bool"), ir.Constant(T.I1, 1))
+
+    # ----------------------------------------------------------------------- others
+    def visit_Select(self, e: E.Select) -> ir.Value:
+        c = self.emit(e.cond, "bool")
+        if self.reads_memory(e.t) or self.reads_memory(e.f):
+            return self._branch(c, lambda: self.emit(e.t, e.dtype), lambda: self.emit(e.f, e.dtype))
+        return self.b.select(c, self.emit(e.t, e.dtype), self.emit(e.f, e.dtype))
+
+    def _branch(self, cond: ir.Value, then: Callable[[], ir.Value],
+                other: Callable[[], ir.Value]) -> ir.Value:
+        """``cond ? then() : other()`` with real control flow (only one arm runs)."""
+        fn = self.b.function
+        bt, bf, join = fn.append_basic_block("sel.t"), fn.append_basic_block("sel.f"), \
+            fn.append_basic_block("sel.end")
+        self.b.cbranch(cond, bt, bf)
+        self.b.position_at_end(bt)
+        vt = then()
+        end_t = self.b.block
+        self.b.branch(join)
+        self.b.position_at_end(bf)
+        vf = other()
+        end_f = self.b.block
+        self.b.branch(join)
+        self.b.position_at_end(join)
+        phi = self.b.phi(vt.type)
+        phi.add_incoming(vt, end_t)
+        phi.add_incoming(vf, end_f)
+        return phi
+
+    def visit_Cast(self, e: E.Cast) -> ir.Value:
+        return T.convert(self.b, self.visit(e.value), e.value.dtype, e.dtype)
+
+    def visit_Delta(self, e: E.Delta) -> ir.Value:
+        dt = _common(e.a.dtype, e.b.dtype)
+        eq = self.b.icmp_signed("==", self.emit(e.a, dt), self.emit(e.b, dt))
+        return T.convert(self.b, eq, "bool", e.dtype)
+
+    def visit_Call(self, e: E.Call) -> ir.Value:
+        args = [self.emit(a, e.dtype) for a in e.args]
+        x = args[0]
+        b = self.b
+        if e.name == "abs":
+            if T.is_float(e.dtype):
+                return T.intrinsic(b, "fabs", [x])
+            return T.intrinsic(b, "abs", [x, ir.Constant(T.I1, 0)])  # abs(INT_MIN) wraps
+        if not T.is_float(e.dtype):
+            raise CompileError(f"emit: tc.{e.name} of the integer expression {e}")
+        if e.name in ("exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "pow"):
+            out = T.intrinsic(b, e.name, args, T.FAST)
+        elif e.name in ("tanh", "erf"):
+            out = T.libm(b, e.name, x)
+        elif e.name == "sigmoid":
+            one = ir.Constant(x.type, 1.0)
+            ex = T.intrinsic(b, "exp", [b.fneg(x, flags=T.FAST)], T.FAST)
+            out = b.fdiv(one, b.fadd(one, ex, flags=T.FAST), flags=T.FAST)
+        else:
+            raise CompileError(f"emit: unknown math function {e.name!r} in {e}")
+        return out
+
+    def _unlowered(self, e: Any) -> ir.Value:
+        raise CompileError(
+            f"emit: {type(e).__name__} must be lowered before code generation: {e}")
+
+    visit_Reduce = visit_TensorRead = visit_IterVar = _unlowered
+
+    # ----------------------------------------------------------------------- analysis
+    def reads_memory(self, e: E.Expr) -> bool:
+        """Whether evaluating ``e`` loads from a buffer (so it must not be speculated)."""
+        key = id(e)
+        hit = self._loads.get(key)
+        if hit is None:
+            kids = e.indices if isinstance(e, BufferLoad) else children(e)
+            hit = isinstance(e, BufferLoad) or any(self.reads_memory(c) for c in kids)
+            self._loads[key] = hit
+        return hit
+
+
+def _common(a: str, b: str) -> str:
+    """The dtype two comparison operands are compared in (the smart constructors only let
+    floats meet floats, integers meet integers and booleans meet booleans)."""
+    if a == b:
+        return a
+    if T.is_float(a) and T.is_float(b):
+        return "float64" if "float64" in (a, b) else "float32"
+    if T.is_int(a) and T.is_int(b):
+        return "int64"
+    raise CompileError(f"emit: cannot compare {a} with {b}")
