@@ -65,8 +65,11 @@ class FunctionEmitter(ExprEmitter):
         self.func = func
         self.fn = ir.Function(module, signature(func), name)
         self.fn.attributes.add("nounwind")
+        # the entry block holds only the stack allocations and a branch to the body
         self.entry = self.fn.append_basic_block("entry")
-        super().__init__(ir.IRBuilder(self.entry))
+        start = self.fn.append_basic_block("start")
+        ir.IRBuilder(self.entry).branch(start)
+        super().__init__(ir.IRBuilder(start))
         self._oom: ir.Block | None = None
         self._bind_arguments()
 
@@ -184,7 +187,7 @@ class FunctionEmitter(ExprEmitter):
                 count *= max(c, 0)
             heap = count * T.elem_size(buf.dtype) > STACK_LIMIT
         if not heap:
-            ptr = self._entry_alloca(ir.ArrayType(mt, max(count, 1)), buf.name)
+            ptr = self._entry_alloca(mt, max(count, 1), buf.name)
         else:
             ptr = self._malloc(buf)
         with _Bound(self.buffers, buf, ptr):
@@ -193,27 +196,33 @@ class FunctionEmitter(ExprEmitter):
             free = T.declare(self.b.module, "free", ir.VoidType(), [T.PTR])
             self.b.call(free, [ptr])
 
-    def _entry_alloca(self, t: ir.Type, name: str) -> ir.Value:
+    def _entry_alloca(self, t: ir.Type, count: int, name: str) -> ir.Value:
+        """``count`` elements of ``t`` on the stack, allocated once in the entry block."""
         eb = ir.IRBuilder(self.entry)
-        eb.position_at_start(self.entry)
-        p = eb.alloca(t, name=symbol_name(name))
-        p.align = 64 if isinstance(t, ir.ArrayType) and t.count > 1 else None
+        eb.position_before(self.entry.terminator)
+        p = eb.alloca(t, size=ir.Constant(T.I64, count), name=symbol_name(name))
+        p.align = 64 if count > 1 else T.elem_size_of(t)
         return p
 
     def _malloc(self, buf: Buffer) -> ir.Value:
+        b = self.b
+        smax = T.declare(b.module, "llvm.smax.i64", T.I64, [T.I64, T.I64])
+        zero = ir.Constant(T.I64, 0)
         n: ir.Value = ir.Constant(T.I64, T.elem_size(buf.dtype))
-        for d in buf.shape:
-            ext = self.b.call(T.declare(self.b.module, "llvm.smax.i64", T.I64, [T.I64, T.I64]),
-                              [self.index(d), ir.Constant(T.I64, 0)])
-            n = self.b.mul(n, ext)
-        n = self.b.call(T.declare(self.b.module, "llvm.smax.i64", T.I64, [T.I64, T.I64]),
-                        [n, ir.Constant(T.I64, 1)])
-        malloc = T.declare(self.b.module, "malloc", T.PTR, [T.I64])
-        p = self.b.call(malloc, [n], name=symbol_name(buf.name))
+        overflow: ir.Value = ir.Constant(T.I1, 0)
+        for d in buf.shape:  # bytes = elem_size * prod(max(extent, 0)), overflow-checked
+            prod = b.smul_with_overflow(n, b.call(smax, [self.index(d), zero]))
+            n = b.extract_value(prod, 0)
+            overflow = b.or_(overflow, b.extract_value(prod, 1))
+        n = b.call(smax, [n, ir.Constant(T.I64, 1)])
+        ok_size = self.fn.append_basic_block(f"{symbol_name(buf.name)}.size")
+        b.cbranch(overflow, self._oom_block(), ok_size)
+        b.position_at_end(ok_size)
+        malloc = T.declare(b.module, "malloc", T.PTR, [T.I64])
+        p = b.call(malloc, [n], name=symbol_name(buf.name))
         ok = self.fn.append_basic_block(f"{symbol_name(buf.name)}.ok")
-        self.b.cbranch(self.b.icmp_unsigned("==", p, ir.Constant(T.PTR, None)), self._oom_block(),
-                       ok)
-        self.b.position_at_end(ok)
+        b.cbranch(b.icmp_unsigned("==", p, ir.Constant(T.PTR, None)), self._oom_block(), ok)
+        b.position_at_end(ok)
         return p
 
     def _oom_block(self) -> ir.Block:
