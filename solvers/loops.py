@@ -171,8 +171,9 @@ class LoopNest:
     def __str__(self) -> str:
         lines = [f"if {self.context}:"] if self.context.inequalities or \
             self.context.equalities or self.context.congruences else []
+        indent = len(lines)
         for depth, loop in enumerate(self.loops):
-            lines.append("  " * (depth + bool(lines)) + str(loop))
+            lines.append("  " * (depth + indent) + str(loop))
         return "\n".join(lines)
 
 
@@ -273,7 +274,9 @@ def _eliminate_existential_equalities(eqs: list[Affine], ineqs: list[Affine],
         rest = eqs.pop(idx).drop(v)
         sol = {v: (-rest, a) if a > 0 else (rest, -a)}
         eqs[:] = [_subst_rational(e, sol)[0] for e in eqs]
-        ineqs[:] = [_subst_rational(e, sol)[0] for e in ineqs]
+        ineqs[:] = [t for e in ineqs if (t := tighten(_subst_rational(e, sol)[0])) is not True]
+        if any(t is False for t in ineqs):
+            return False
         exist.remove(v)
         m = abs(a)
         if m == 1:
@@ -339,7 +342,7 @@ def _witnesses(cons: list[_Tagged], v: str) -> Iterator[tuple[Affine, int, list[
         u = up.drop(v)
         for lo in lows:
             s = lo + up
-            if lo.coeff(v) == b and s.is_constant() and 0 <= s.const:
+            if lo.coeff(v) == b and s.is_constant() and 0 <= s.const < b:  # unique value
                 yield u, b, [up, Affine.var(v, b) - u + (b - 1)]
     if len(lows) == 1:
         a = lows[0].coeff(v)

@@ -397,11 +397,11 @@ def _subst_rational(e: Affine, sol: Mapping[str, tuple[Affine, int]]) -> tuple[A
     if not dens:
         return e, 1
     d = math.lcm(*dens)
-    out = e * d
-    for v in e.variables:
+    out = Affine({v: c for v, c in e.coeffs.items() if v not in sol}, e.const) * d
+    for v, c in e.coeffs.items():  # simultaneous: a solution may mention solved names
         if v in sol:
             num, den = sol[v]
-            out = out.drop(v).axpy(e.coeff(v) * (d // den), num)
+            out = out.axpy(c * (d // den), num)
     return out, d
 
 
