@@ -57,8 +57,8 @@ class Kernel:
     """A compiled program: ``kernel(*arrays, out=None)`` returns one array or a tuple.
 
     Attributes: ``ir`` (the :class:`~tecomp.loopir.LoweredFunc`), ``source`` (the optimised
-    LLVM IR), ``name``, ``inputs`` and ``outputs`` (what the arguments and results stand for),
-    ``target``.
+    LLVM IR), ``cost`` (the static cost, sizes unbound), ``name``, ``inputs`` and ``outputs``
+    (what the arguments and results stand for), ``target``.
     """
 
     def __init__(self, func: LoweredFunc, entry: Any, *,
@@ -136,6 +136,13 @@ class Kernel:
                 f"jit: kernel {func.name!r} has {len(func.outputs)} output buffer(s) for "
                 f"{len(labels)} output(s)")
         self._outs = [_BufArg(lab, b) for lab, b in zip(labels, func.outputs)]
+
+    @property
+    def cost(self) -> Any:
+        """``tc.cost`` of the compiled program with sizes unbound (SymPy expressions in them)."""
+        from ..cost import count_cost
+
+        return count_cost(self.ir, None)
 
     def __repr__(self) -> str:
         ins = ", ".join(a.label for a in self._args)

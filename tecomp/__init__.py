@@ -56,6 +56,7 @@ from .errors import (
 )
 from .evaluate import evaluate
 from .expr import Expr, IterVar, Var
+from .lowering_api import Lowered, cost, lower
 from .optimize_api import optimize
 from .printer import show
 from .tensor import Tensor
@@ -71,4 +72,5 @@ __all__ = [
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "LoweringError", "TecompError", "evaluate", "Expr", "IterVar", "Var",
     "show", "Tensor",
+    "Lowered", "cost", "lower",
 ]

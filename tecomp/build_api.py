@@ -1,0 +1,45 @@
+"""``tc.build``: lower a program and compile it into a callable :class:`Kernel`.
+
+``build(outputs, inputs, target="llvm", name=None)`` runs the same pipeline as ``tc.lower``
+(zero elimination, simplification, lowering to loop IR), then the target's code generator.
+For ``target="llvm"`` that is :mod:`tecomp.codegen.llvm`: LLVM IR, the O3 pipeline with
+vectorisation for the host CPU, and a JIT; the compiled code is cached in memory, keyed by the
+lowered program, so building the same program twice compiles it once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from .errors import TecompError
+from .tensor import Tensor
+
+TARGETS = ("llvm", "cuda")
+
+
+def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str = "llvm",
+          name: str | None = None) -> Any:
+    """Compile ``outputs`` computed from ``inputs`` into a kernel.
+
+    ``inputs`` lists the placeholders, and any scalar ``tc.var`` that no input shape
+    determines, in the order the kernel takes its arguments.  The kernel returns one array
+    when ``outputs`` is a single tensor, else a tuple.  Failures to compile raise
+    :class:`~tecomp.errors.CompileError` naming the stage (emit, verify, optimise, jit).
+    """
+    if not isinstance(target, str) or target not in TARGETS:
+        raise TecompError(
+            f"unknown target {target!r}; valid targets are {', '.join(map(repr, TARGETS))}")
+    if target == "cuda":
+        raise TecompError("the CUDA target is not available yet")
+    if isinstance(inputs, Tensor):
+        inputs = [inputs]
+    inputs = list(inputs)
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+
+    from .codegen.llvm import build_kernel
+    from .lowering_api import lower
+
+    lowered = lower(outs, inputs, name=name)
+    return build_kernel(lowered.func, inputs=inputs, outputs=outs, hidden=lowered.constants,
+                        single=single)
