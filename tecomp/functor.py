@@ -261,8 +261,10 @@ def free_vars(e: E.Expr) -> set[E.Var]:
             if x.where is not None:
                 inner |= go(x.where)
             inner -= {a.var for a in x.axes}
+            earlier: set[E.Var] = set()  # an axis's bounds may use the axes before it
             for a in x.axes:
-                inner |= go(a.lo) | go(a.extent)
+                inner |= (go(a.lo) | go(a.extent)) - earlier
+                earlier.add(a.var)
             r = frozenset(inner)
         else:
             acc: set[E.Var] = set()
