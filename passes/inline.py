@@ -1,0 +1,151 @@
+"""Inlining of cheap element-wise stages into their consumers (before lowering).
+
+A compute stage ``P[axes] = body`` is *inlined* when every read ``P[idx]`` in the remaining
+stages is replaced by ``body`` with ``axes := idx`` (:func:`tecomp.functor.substitute`), so
+``P`` needs no buffer.  As in TVM's ``compute_inline`` / Halide's default inlining of pure
+functions, only element-wise stages are candidates, and only when inlining does not raise the
+cost:
+
+* ``P`` is not an output and its body holds no ``Reduce`` (a reduction is never recomputed).
+* Size: (tree size of ``body``) x (number of read sites of ``P``) <= ``budget`` nodes, so a
+  stage read many times by a large consumer stays a buffer.
+* A body with flops (see :mod:`tecomp.cost`) is inlined only into a single read site whose
+  indices use every loop variable enclosing the read (the consumer's axes and the axes of
+  the reductions around it), with no more such variables than ``P`` has dimensions: each
+  element is then computed about once, as with a buffer.  A body without flops (padding with
+  ``if_then_else``, transposes, reshapes with ``//``/``%``, casts, gathers) only moves reads,
+  so it is inlined wherever the size allows.
+
+Stages are visited consumers-first (reverse topological order), so the read sites counted for
+``P`` are those left after ``P``'s consumers were inlined into theirs.  Worked example: with
+``Xp = pad(X)`` read by a convolution ``Y``, ``Xp`` has no flops and is inlined: ``Y`` reads
+``select(in_bounds(h), X[.., h - 1, ..], 0)`` directly.  With ``R = relu(X)`` read by a
+matmul ``sum_k R[i, k] * W[k, j]``, the read does not use ``j``, so ``R`` stays a buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from tecomp import expr as E
+from tecomp.cost import expr_flops
+from tecomp.functor import ExprMutator, children, op_exprs, substitute
+from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+
+INLINE_BUDGET = 512
+
+
+def _tree_size(e: E.Expr, memo: dict[int, int]) -> int:
+    k = id(e)
+    if k not in memo:
+        memo[k] = 1 + sum(_tree_size(c, memo) for c in children(e))
+    return memo[k]
+
+
+def _has_reduce(e: E.Expr) -> bool:
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, E.Reduce):
+            return True
+        stack.extend(children(x))
+    return False
+
+
+def _read_sites(e: E.Expr, t: Tensor, memo: dict[int, int]) -> int:
+    """Occurrences (counted as a tree) of reads of ``t`` in ``e``."""
+    k = id(e)
+    if k not in memo:
+        own = 1 if isinstance(e, E.TensorRead) and e.tensor is t else 0
+        memo[k] = own + sum(_read_sites(c, t, memo) for c in children(e))
+    return memo[k]
+
+
+def _covering(e: E.Expr, t: Tensor, loops: frozenset[E.Var]) -> bool:
+    """Every read of ``t`` in ``e`` uses all enclosing loop variables, at most ``t.ndim``."""
+    if isinstance(e, E.TensorRead) and e.tensor is t:
+        used: set[E.Var] = set()
+        for i in e.indices:
+            used |= {v for v in _vars(i)}
+        if not (loops <= used and len(loops) <= t.ndim):
+            return False
+    if isinstance(e, E.Reduce):
+        for ax in e.axes:
+            if not (_covering(ax.lo, t, loops) and _covering(ax.extent, t, loops)):
+                return False
+        inner = loops | {ax.var for ax in e.axes}
+        parts = [e.body] + ([] if e.where is None else [e.where])
+        return all(_covering(p, t, inner) for p in parts)
+    return all(_covering(c, t, loops) for c in children(e))
+
+
+def _vars(e: E.Expr) -> Iterable[E.Var]:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, E.Var):
+            yield x
+        stack.extend(children(x))
+
+
+class _Replace(ExprMutator):
+    """Replace reads of one tensor by its body with the axes substituted."""
+
+    def __init__(self, t: Tensor, axes: tuple[E.IterVar, ...], body: E.Expr) -> None:
+        super().__init__()
+        self.t, self.axes, self.body = t, axes, body
+
+    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        if e.tensor is not self.t:
+            if all(x is y for x, y in zip(idx, e.indices)):
+                return e
+            return E.TensorRead(e.tensor, idx, e.dtype)
+        return substitute(self.body, {ax.var: i for ax, i in zip(self.axes, idx)})
+
+
+def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_BUDGET
+                  ) -> tuple[dict[int, tuple[E.Expr, ...]], set[int]]:
+    """Decide and perform inlining over ``stages`` (compute/scatter tensors, producers first).
+
+    ``keep`` holds the ids of tensors that must keep a buffer (outputs).  Returns, for every
+    stage that is not inlined (keyed by ``id``), its defining expressions in the order of
+    :func:`tecomp.functor.op_exprs` with inlined reads substituted, and the ids of the
+    inlined stages.  A stage no remaining stage reads is reported as inlined: it needs no
+    code.  Scatter stages and their ``init`` tensors are never inlined; scatters receive only
+    stages without flops.
+    """
+    exprs: dict[int, tuple[E.Expr, ...]] = {id(t): tuple(op_exprs(t)) for t in stages}
+    keep = set(keep) | {id(t.op.init) for t in stages
+                        if isinstance(t.op, ScatterOp) and t.op.init is not None}
+    inlined: set[int] = set()
+    for p in reversed(stages):
+        if id(p) in keep or not isinstance(p.op, ComputeOp) or _has_reduce(p.op.body):
+            continue
+        body = exprs[id(p)][0]
+        readers = []
+        sites = 0
+        for s in stages:
+            if id(s) in inlined or s is p:
+                continue
+            memo: dict[int, int] = {}
+            n = sum(_read_sites(e, p, memo) for e in exprs[id(s)])
+            if n:
+                readers.append(s)
+                sites += n
+        if sites and _tree_size(body, {}) * sites > budget:
+            continue
+        if sites and expr_flops(body) > 0:
+            s = readers[0]
+            if sites != 1 or not isinstance(s.op, ComputeOp):
+                continue
+            if not _covering(exprs[id(s)][0], p, frozenset(ax.var for ax in s.op.axes)):
+                continue
+        rep = _Replace(p, p.op.axes, body)
+        for s in readers:
+            exprs[id(s)] = tuple(rep.visit(e) for e in exprs[id(s)])
+        inlined.add(id(p))
+    return {k: v for k, v in exprs.items() if k not in inlined}, inlined

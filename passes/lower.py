@@ -1,0 +1,281 @@
+"""Lowering: tensor expressions to a :class:`~tecomp.loopir.LoweredFunc`.
+
+``lower(outputs, inputs)`` guarantees a program that computes every output exactly as the
+reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
+
+1. Stages are the compute tensors reachable from the outputs without passing through an
+   input, in the deterministic topological order of :func:`tecomp.functor.topo_order`
+   (producers first; outputs in the order given).
+2. Cheap element-wise stages are inlined into their consumers (:mod:`.inline`).
+3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sum reductions over the
+   unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
+   ``"output"`` buffer; other stages into a ``"temp"`` buffer whose ``Allocate`` encloses the
+   rest of the program.  An output read by another stage is computed once and read back from
+   its output buffer.  An output that is an input, or that appears twice, is copied.
+
+Conventions of the produced :class:`LoweredFunc`, beyond those of :mod:`tecomp.loopir`, that
+backends may rely on:
+
+* ``inputs`` has one ``"input"`` buffer per tensor in ``inputs`` (in that order), ``outputs``
+  one ``"output"`` buffer per output (in that order).  Buffer names are unique within the
+  function, are identifiers, and differ from every parameter name.
+* ``params`` lists every size variable, in order of first appearance while scanning
+  ``inputs``: for a tensor, the variables that are a whole extent of its shape (dimension
+  order); for a scalar ``tc.var``, the variable itself.  A parameter that is a whole extent of
+  an input buffer's shape is bound from that array's shape; the others are scalar arguments.
+  Every variable in a shape or loop bound is a parameter or an enclosing loop variable.
+* Loop variables never shadow an enclosing loop variable or a parameter.
+* Expressions hold only ``Const``, ``Var``, arithmetic, comparisons, ``And/Or/Not``,
+  ``Select``, ``Cast``, ``Call`` and ``BufferLoad`` (no ``TensorRead``, ``Reduce``, ``Delta``,
+  ``Zero``).  ``Select`` and the right operand of ``&``/``|`` may contain loads that are out of
+  bounds where they are not evaluated (padding): backends evaluate them lazily.
+* Reductions accumulate with ``Store(buf, idx, value, reduce=combiner)`` into a ``"local"``
+  buffer of shape ``()`` initialised with the combiner's identity (see :mod:`.lower_stage`),
+  or, after the loop-order pass, into the stage's own buffer after a zero-initialising loop.
+* A ``For`` of kind ``"parallel"`` is the outermost data loop of a stage: every store in it
+  to a non-local buffer indexes that buffer with the loop variable as its first index, so
+  iterations write disjoint elements; ``"local"`` buffers allocated inside it are private to
+  an iteration.  Reads of buffers written by earlier stages happen after those stages end.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from tecomp import expr as E
+from tecomp.errors import LoweringError
+from tecomp.functor import free_vars, fresh_name, input_tensors, op_exprs, walk
+from tecomp.loopir import Buffer, LoweredFunc
+from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+
+from .inline import inline_stages
+from .loop_order import reorder_sum
+from .lower_stage import (
+    AllocMark,
+    Context,
+    block,
+    expression_lowerer,
+    fill,
+    lower_scatter,
+    lower_stage,
+)
+
+
+def _ident(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name or "t")
+    return s if s and not s[0].isdigit() else "_" + s
+
+
+def _tensor_list(x: Any, what: str) -> list[Tensor]:
+    items = [x] if isinstance(x, Tensor) else list(x)
+    if not items:
+        raise LoweringError(f"lower: no {what} given")
+    for t in items:
+        if not isinstance(t, Tensor):
+            raise LoweringError(f"lower: {what} must be tensors, got {t!r}")
+    return items
+
+
+def _split_inputs(inputs: Iterable[Any]) -> tuple[list[Tensor], list[E.Var]]:
+    tensors: list[Tensor] = []
+    scalars: list[E.Var] = []
+    for x in [inputs] if isinstance(inputs, Tensor) else list(inputs):
+        if isinstance(x, Tensor):
+            if any(x is t for t in tensors):
+                raise LoweringError(f"lower: the input {x.name!r} is listed twice")
+            tensors.append(x)
+        elif isinstance(x, E.Var):
+            if x in scalars:
+                raise LoweringError(f"lower: the scalar input {x.name!r} is listed twice")
+            scalars.append(x)
+        else:
+            raise LoweringError(
+                f"lower: inputs must be placeholders or tc.var scalars, got {x!r}")
+    return tensors, scalars
+
+
+def _stages(outputs: list[Tensor], cut: set[int]) -> tuple[list[Tensor], list[Tensor]]:
+    """Stages reachable from ``outputs`` without entering an input, producers first, and the
+    constant tensors they read (first appearance first)."""
+    order: list[Tensor] = []
+    consts: list[Tensor] = []
+    done: set[int] = set()
+
+    def leaf(t: Tensor, reader: Tensor | None) -> bool:
+        if id(t) in cut or id(t) in done:
+            return True
+        if t.is_constant:
+            done.add(id(t))
+            consts.append(t)
+            return True
+        if t.is_placeholder:
+            _unbound(t, reader)
+        return False
+
+    for root in outputs:
+        if leaf(root, None):
+            continue
+        stack: list[tuple[Tensor, int, list[Tensor]]] = [(root, 0, input_tensors(root))]
+        on_path = {id(root)}
+        while stack:
+            t, i, deps = stack.pop()
+            if i < len(deps):
+                stack.append((t, i + 1, deps))
+                d = deps[i]
+                if id(d) in on_path or leaf(d, t):
+                    continue
+                on_path.add(id(d))
+                stack.append((d, 0, input_tensors(d)))
+            else:
+                on_path.discard(id(t))
+                done.add(id(t))
+                order.append(t)
+    return order, consts
+
+
+def _unbound(p: Tensor, reader: Tensor | None) -> None:
+    where = f"read by {reader.name!r}" if reader is not None else "listed as an output"
+    raise LoweringError(
+        f"placeholder {p.name!r} ({where}) is not in inputs; add it to the inputs list")
+
+
+def _params(inputs: list[Any]) -> list[E.Var]:
+    params: list[E.Var] = []
+    for x in inputs:
+        cands = [s for s in x.shape if isinstance(s, E.Var)] if isinstance(x, Tensor) else [x]
+        for v in cands:
+            if v not in params:
+                params.append(v)
+    return params
+
+
+def _check_vars(e: E.Expr, allowed: set[E.Var], what: str) -> None:
+    for v in sorted(free_vars(e), key=lambda v: v.name):
+        if v not in allowed:
+            raise LoweringError(
+                f"variable {v.name!r} in {what} is neither an axis, a reduction axis, nor a "
+                "size available from the inputs (a whole extent of an input's shape or a "
+                "scalar tc.var in inputs); add it to inputs")
+
+
+def _validate(stages: list[Tensor], tensors: list[Tensor], params: set[E.Var]) -> None:
+    for t in tensors:
+        for d, s in enumerate(t.shape):
+            _check_vars(s, params, f"the shape of input {t.name!r} (axis {d}: {s})")
+    for t in stages:
+        for d, s in enumerate(t.shape):
+            _check_vars(s, params, f"the shape of {t.name!r} (axis {d}: {s})")
+        if isinstance(t.op, ComputeOp):
+            axes = {ax.var for ax in t.op.axes}
+            _check_vars(t.op.body, params | axes, f"the body of {t.name!r}")
+        elif isinstance(t.op, ScatterOp):
+            bound = set(params)
+            for ax in t.op.axes:
+                _check_vars(ax.lo, bound, f"the bounds of axis {ax.var.name!r} of {t.name!r}")
+                _check_vars(ax.extent, bound,
+                            f"the bounds of axis {ax.var.name!r} of {t.name!r}")
+                bound.add(ax.var)
+            for e in op_exprs(t)[2 * len(t.op.axes):]:
+                _check_vars(e, bound, f"the scatter {t.name!r}")
+        else:
+            raise LoweringError(f"cannot lower {t!r}: unknown operation {type(t.op).__name__}")
+
+
+def _var_names(stages: list[Tensor]) -> set[str]:
+    names: set[str] = set()
+    for t in stages:
+        if isinstance(t.op, (ComputeOp, ScatterOp)):
+            names |= {ax.var.name for ax in t.op.axes}
+        for e in op_exprs(t):
+            for x in walk(e):
+                if isinstance(x, E.Var):
+                    names.add(x.name)
+                elif isinstance(x, E.Reduce):
+                    names |= {ax.var.name for ax in x.axes}
+    return names
+
+
+def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
+                  name: str | None = None) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
+    """:func:`lower`, also returning the data of the constant tensors' input buffers."""
+    outs = _tensor_list(outputs, "outputs")
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    tensors, _ = _split_inputs(inputs)
+    cut = {id(t) for t in tensors}
+    stages, consts = _stages(outs, cut)
+    param_list = _params(inputs)
+    params = set(param_list)
+    _validate(stages, tensors, params)
+    for t in outs:
+        for d, s in enumerate(t.shape):
+            _check_vars(s, params, f"the shape of output {t.name!r} (axis {d}: {s})")
+
+    ctx = Context({}, {p.name for p in param_list})
+    ctx.taken |= ctx.params | _var_names(stages)
+    in_bufs: list[Buffer] = []
+    bnames: set[str] = set(ctx.params)
+
+    def new_buffer(t: Tensor, scope: str) -> Buffer:
+        b = Buffer(fresh_name(_ident(t.name), bnames), t.shape, t.dtype, scope)
+        bnames.add(b.name)
+        return b
+
+    data: dict[Buffer, np.ndarray] = {}
+    for t in tensors + consts:
+        b = new_buffer(t, "input")
+        ctx.buffers[id(t)] = b
+        in_bufs.append(b)
+        if t.is_constant:
+            data[b] = t.op.data
+    out_bufs: list[Buffer] = []
+    copies: list[tuple[Tensor, Buffer]] = []
+    for t in outs:
+        b = new_buffer(t, "output")
+        out_bufs.append(b)
+        if id(t) in ctx.buffers:
+            copies.append((t, b))
+        else:
+            ctx.buffers[id(t)] = b
+    ctx.taken |= bnames
+
+    exprs, inlined = inline_stages(stages, keep={id(t) for t in outs})
+    items: list = []
+    for t in stages:
+        if id(t) in inlined:
+            continue
+        buf = ctx.buffers.get(id(t))
+        if buf is None:
+            buf = Buffer(ctx.fresh(_ident(t.name)), t.shape, t.dtype, "temp")
+            ctx.buffers[id(t)] = buf
+            items.append(AllocMark(buf))
+        if isinstance(t.op, ScatterOp):
+            init = None if t.op.init is None else ctx.buffer_of(t.op.init)
+            items.append(fill(buf, init, ctx.params))
+            items.append(lower_scatter(ctx, buf.name, t.op, exprs[id(t)], buf))
+            continue
+        assert isinstance(t.op, ComputeOp)
+        (body,) = exprs[id(t)]
+        stmt = reorder_sum(t.op.axes, body, buf, expression_lowerer(ctx, buf.name), ctx.params)
+        if stmt is None:
+            stmt = lower_stage(ctx, buf.name, t.op.axes, body, buf)
+        items.append(stmt)
+    for t, dst in copies:
+        items.append(fill(dst, ctx.buffers[id(t)], ctx.params))
+    fname = _ident(name) if name else _ident(outs[0].name)
+    func = LoweredFunc(fname, tuple(in_bufs), tuple(out_bufs), tuple(param_list), block(items))
+    return func, data
+
+
+def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
+          name: str | None = None) -> LoweredFunc:
+    """Lower ``outputs`` (computed from ``inputs``) to a :class:`LoweredFunc`.
+
+    ``inputs`` lists the placeholders (any tensor listed is treated as given) and the scalar
+    ``tc.var`` sizes that no input shape determines.  Raises :class:`tc.LoweringError` naming
+    the placeholder or variable when the outputs need something the inputs do not provide.
+    Constant tensors become extra input buffers; :func:`lower_program` also returns their data.
+    """
+    return lower_program(outputs, inputs, name=name)[0]
