@@ -13,6 +13,7 @@ See ``DESIGN.md`` of the project for the full public contract.
 """
 
 from . import ops
+from .build_api import build
 from .dsl import (
     abs,
     all,
@@ -71,6 +72,6 @@ __all__ = [
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "LoweringError", "TecompError", "evaluate", "Expr", "IterVar", "Var",
-    "show", "Tensor",
+    "show", "Tensor", "build",
     "Lowered", "cost", "lower",
 ]
