@@ -211,8 +211,9 @@ class Affine:
         return NotImplemented
 
     def __hash__(self) -> int:
-        if self._hash is None:
-            self._hash = hash((frozenset(self._coeffs.items()), self._const))
+        if self._hash is None:  # a constant hashes like the int it equals
+            self._hash = hash((frozenset(self._coeffs.items()), self._const)) if self._coeffs \
+                else hash(self._const)
         return self._hash
 
     def __bool__(self) -> bool:

@@ -42,11 +42,13 @@ Smagt 2017, secs. 4.1–4.2, plus Pugh's Omega test for the integer steps):
 
 Worked example, the stride-2 convolution input gradient (1-D, kernel 3, see also
 :mod:`tecomp.solvers.integer_system`): ``{[j, ry] : exists oy: j = 2*oy + ry, 0 <= ry < 3,
-0 <= oy < OH, 0 <= j < H}``.  Step 1 substitutes ``ry = j - 2*oy`` nowhere (``ry`` is a
-loop variable): it solves the equality for the existential ``oy`` (coefficient 2), giving
-``oy = (j - ry)/2`` and the congruence ``j - ry = 0 (mod 2)``.  Step 3 makes ``ry`` step
-by 2 from a start with ``ry = j (mod 2)``.  Step 4 gives ``0 <= j <= min(H - 1, 2*OH)`` and
-``max(0, j - 2*OH + 2) <= ry <= min(2, j)``: the loops isl generates, without a guard.
+0 <= oy < OH, 0 <= j < H}`` in the order ``(j, ry)``.  Step 1 solves the equality for the
+existential ``oy`` (coefficient 2, loop variables stay): ``oy = (j - ry)/2`` with the
+congruence ``j - ry = 0 (mod 2)``, and substitutes it into ``0 <= oy < OH``.  Step 3 gives
+``ry`` the step 2 and the residue ``ry = j (mod 2)``.  Step 4 gives
+``0 <= j <= min(H - 1, 2*OH)`` and ``max(0, j - 2*OH + 2) <= ry <= min(2, j)``: the loops
+isl generates, without a guard.  With dilation 2 (``j = 2*oy + 2*ry``) the congruence is
+``j = 0 (mod 2)`` and the outer loop itself steps by 2.
 
 TVM (``src/te/autodiff/ad_simplify.cc``, ``SolveLinearInequalities``) keeps the
 divisibility conditions as ``if`` guards in the loop body; here they become steps.

@@ -7,10 +7,17 @@ A :class:`System` describes the integer points ``{ x : constraints }`` of its
 * congruences ``e = 0 (mod m)`` (:class:`Congruence`), the form strides and ``%`` take.
 
 Every name in a constraint must be declared as a variable or a parameter.  Systems are
-immutable; operations return new systems.  Build one from objects or from text::
+immutable; operations return new systems.  Build one from objects (what an IR bridge does)
+or from text (handy in tests)::
 
-    S = System.parse(["j", "oy", "ry"], ["H", "OH"],
-                     ["j == 2*oy + ry", "0 <= ry < 3", "0 <= oy < OH", "0 <= j < H"])
+    j, oy, ry, H, OH = (Affine.var(v) for v in ("j", "oy", "ry", "H", "OH"))
+    S = System(("j", "oy", "ry"), ("H", "OH"),
+               equalities=(j - 2*oy - ry,),
+               inequalities=(ry, 2 - ry, oy, OH - 1 - oy, j, H - 1 - j))
+    S == System.parse(["j", "oy", "ry"], ["H", "OH"],
+                      ["j == 2*oy + ry", "0 <= ry < 3", "0 <= oy < OH", "0 <= j < H"])
+
+Congruences are ``Congruence.make(expr, m)`` objects or ``(expr, m)`` pairs.
 
 Operations (the algorithms are cited where they live):
 
@@ -260,11 +267,10 @@ class System:
             free.append(name or fresh_name("t", taken | set(free)))
         exprs = dict(zip(solve, sol.expressions(free)))
         new_vars: list[str] = []
-        for v in self.variables:
-            if v in exprs:
-                if v == solve[0]:
-                    new_vars.extend(free)
-            elif v not in free:
+        for v in self.variables:  # a reused name keeps its place; fresh ones go first
+            if v == solve[0]:
+                new_vars.extend(f for f in free if f not in exprs)
+            if v not in exprs or v in free:
                 new_vars.append(v)
         ineqs = [_subst_rational(e, exprs)[0] for e in self.inequalities]
         congs: list[Congruence | tuple[Affine, int]] = list(sol.conditions)
@@ -393,7 +399,7 @@ class EqualityElimination:
 
 def _subst_rational(e: Affine, sol: Mapping[str, tuple[Affine, int]]) -> tuple[Affine, int]:
     """``d * e`` with ``v := num/den`` substituted, ``d`` the lcm of the denominators used."""
-    dens = [sol[v][1] for v in e.variables if v in sol]
+    dens = [sol[v][1] for v in e.coeffs if v in sol]
     if not dens:
         return e, 1
     d = math.lcm(*dens)
