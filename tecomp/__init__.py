@@ -57,6 +57,7 @@ from .errors import (
 )
 from .evaluate import evaluate
 from .expr import Expr, IterVar, Var
+from .forward_api import diff_operator, hessian, jvp, laplacian
 from .lowering_api import Lowered, cost, lower
 from .optimize_api import optimize
 from .printer import show
@@ -74,4 +75,5 @@ __all__ = [
     "EvaluationError", "LoweringError", "TecompError", "evaluate", "Expr", "IterVar", "Var",
     "show", "Tensor", "build",
     "Lowered", "cost", "lower",
+    "diff_operator", "hessian", "jvp", "laplacian",
 ]

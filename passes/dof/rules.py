@@ -1,0 +1,209 @@
+"""DOF propagation rules: ``(g, s)`` of a node from the ``(g, s)`` of its operands.
+
+For every value ``v`` DOF keeps ``g = L grad v`` (an ``r``-vector: one direction variable) and
+``s = sum_ij A_ij d2v/dx_i dx_j``.  For ``v = F(a, b, ...)`` (seed eqs. 17-18)::
+
+    g_v = sum_i dF/da_i g_i
+    s_v = sum_i dF/da_i s_i + sum_{i,l} d2F/da_i da_l Q(g_i, g_l),   Q(p, q) = p^T D q
+
+One entry per node class.  Linear nodes (add, sub, neg, cast, select arms, sum reductions)
+pass ``g`` and ``s`` through; a product adds ``2 Q(g_a, g_b)``; a unary function ``f`` adds
+``f''(u) Q(g_u, g_u)``; max/min take both at the first extremal index.  ``Q`` is computed by
+the context (:class:`tecomp.passes.dof.propagate.DofContext`), which also stores an operand's
+``g`` in a stage when it is an expensive expression used twice (in ``g_v`` and in ``Q``).
+
+``UNARY_D2[name](u, y, f1)`` is ``f''(u)`` from the argument, the value and ``f'(u)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from tecomp import dtypes
+from tecomp import expr as E
+from tecomp.errors import DifferentiationError
+from tecomp.functor import make_reduce
+
+from ..forward.context import select
+from ..forward.reductions import at_first
+from ..forward.rules import UNARY_D1, pow_partials, sign
+
+if TYPE_CHECKING:
+    from .propagate import DofContext
+
+Pair = tuple[E.Expr, E.Expr]
+
+# name: (u, y, f') -> f''(u)                                    # f -> f''
+UNARY_D2: dict[str, Callable[[E.Expr, E.Expr, E.Expr], E.Expr]] = {
+    "exp": lambda u, y, f1: y,                                  # exp -> exp
+    "log": lambda u, y, f1: E.neg(E.mul(f1, f1)),               # log -> -1/u^2
+    "sqrt": lambda u, y, f1: E.div(-0.25, E.mul(u, y)),         # sqrt -> -u^(-3/2)/4
+    "tanh": lambda u, y, f1: E.mul(E.mul(-2.0, y), f1),         # tanh -> -2 tanh tanh'
+    "sigmoid": lambda u, y, f1: E.mul(f1, E.sub(1.0, E.mul(2.0, y))),  # -> s'(1 - 2s)
+    "sin": lambda u, y, f1: E.neg(y),                           # sin -> -sin
+    "cos": lambda u, y, f1: E.neg(y),                           # cos -> -cos
+    "erf": lambda u, y, f1: E.mul(E.mul(-2.0, u), f1),          # erf -> -2u erf'
+}
+
+# f''/f'^2 for the MLP form of the second-order term (seed eq. 23)
+RATIO: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
+    "tanh": lambda y, f1: E.div(E.mul(-2.0, y), f1),            # -2 tanh / tanh'
+    "sigmoid": lambda y, f1: E.div(E.sub(1.0, E.mul(2.0, y)), f1),  # (1 - 2s) / s'
+}
+
+
+def _zeros(e: E.Expr) -> Pair:
+    z = E.Zero(e.dtype)
+    return z, z
+
+
+def _leaf(e: E.Expr, c: DofContext, b: frozenset) -> Pair:
+    return _zeros(e)
+
+
+def _read(e: E.TensorRead, c: DofContext, b: frozenset) -> Pair:
+    return c.tangent_read(e), c.s_read(e)
+
+
+def _add(e: E.Add, c: DofContext, b: frozenset) -> Pair:
+    (ga, sa), (gb, sb) = c.pair(e.a, b), c.pair(e.b, b)
+    return E.add(ga, gb), E.add(sa, sb)
+
+
+def _sub(e: E.Sub, c: DofContext, b: frozenset) -> Pair:
+    (ga, sa), (gb, sb) = c.pair(e.a, b), c.pair(e.b, b)
+    return E.sub(ga, gb), E.sub(sa, sb)
+
+
+def _neg(e: E.Neg, c: DofContext, b: frozenset) -> Pair:
+    ga, sa = c.pair(e.a, b)
+    return E.neg(ga), E.neg(sa)
+
+
+def _mul(e: E.Mul, c: DofContext, b: frozenset) -> Pair:
+    if e.a == e.b:                                              # a^2
+        ((ga, sa),) = c.operands((e.a,), b)
+        two_a = E.mul(2.0, c.operand_value(e.a, b))
+        return E.mul(two_a, ga), E.add(E.mul(two_a, sa), E.mul(2.0, c.q(ga, ga)))
+    (ga, sa), (gb, sb) = c.operands((e.a, e.b), b, only_if_all=True)
+    va, vb = c.operand_value(e.a, b), c.operand_value(e.b, b)
+    g = E.add(E.mul(va, gb), E.mul(ga, vb))
+    s = E.add(E.add(E.mul(va, sb), E.mul(sa, vb)), E.mul(2.0, c.q(ga, gb)))
+    return g, s
+
+
+def _div(e: E.Div, c: DofContext, b: frozenset) -> Pair:
+    (ga, sa), (gb, sb) = c.operands((e.a, e.b), b)
+    y, vb = c.value(e), c.operand_value(e.b, b)
+    g = E.div(E.sub(ga, E.mul(y, gb)), vb)
+    # y_ab = -1/b^2, y_bb = 2y/b^2:  s = (sa - y sb - 2 Q(ga,gb)/b + 2 y Q(gb,gb)/b) / b
+    cross = E.div(E.sub(E.mul(y, c.q(gb, gb)), c.q(ga, gb)), vb)
+    s = E.div(E.add(E.sub(sa, E.mul(y, sb)), E.mul(2.0, cross)), vb)
+    return g, s
+
+
+def _mod(e: E.Mod, c: DofContext, b: frozenset) -> Pair:
+    (ga, sa), (gb, sb) = c.pair(e.a, b), c.pair(e.b, b)       # a % b = a - b floor(a/b)
+    q = E.call("floor", E.div(e.a, e.b))
+    return E.sub(ga, E.mul(q, gb)), E.sub(sa, E.mul(q, sb))
+
+
+def _max(e: E.Max, c: DofContext, b: frozenset) -> Pair:
+    return _route(E.compare(E.GE, e.a, e.b), e, c, b)
+
+
+def _min(e: E.Min, c: DofContext, b: frozenset) -> Pair:
+    return _route(E.compare(E.LE, e.a, e.b), e, c, b)
+
+
+def _route(cond: E.Expr, e: E.BinaryOp, c: DofContext, b: frozenset) -> Pair:
+    (ga, sa), (gb, sb) = c.pair(e.a, b), c.pair(e.b, b)
+    return select(cond, ga, gb), select(cond, sa, sb)
+
+
+def _select(e: E.Select, c: DofContext, b: frozenset) -> Pair:
+    (gt, st), (gf, sf) = c.pair(e.t, b), c.pair(e.f, b)       # piecewise
+    return select(e.cond, gt, gf), select(e.cond, st, sf)
+
+
+def _cast(e: E.Cast, c: DofContext, b: frozenset) -> Pair:
+    if not dtypes.is_float(e.value.dtype):
+        return _zeros(e)
+    g, s = c.pair(e.value, b)
+    return E.cast(g, e.dtype), E.cast(s, e.dtype)
+
+
+def _pow(e: E.Call, c: DofContext, b: frozenset) -> Pair:
+    (ga, sa), (gp, sp) = c.operands(e.args, b)
+    a, p = (c.operand_value(x, b) for x in e.args)
+    y = c.value(e)
+    need_a, need_p = not isinstance(ga, E.Zero), not isinstance(gp, E.Zero)
+    fa, fp = pow_partials(a, p, y, need_a, need_p)
+    g: E.Expr = E.Zero(e.dtype)
+    s: E.Expr = E.Zero(e.dtype)
+    if fa is not None:
+        c2 = E.mul(p, E.sub(p, 1.0))                            # p (p - 1) a^(p - 2)
+        faa = (E.Zero(e.dtype) if isinstance(c2, E.Const) and c2.value == 0 else
+               E.mul(c2, E.power(a, E.sub(p, 2.0))))
+        g = E.add(g, E.mul(fa, ga))
+        s = E.add(s, E.add(E.mul(fa, sa), E.mul(faa, c.q(ga, ga))))
+    if fp is not None:
+        fpp = E.mul(fp, E.call("log", a))                       # y log(a)^2
+        g = E.add(g, E.mul(fp, gp))
+        s = E.add(s, E.add(E.mul(fp, sp), E.mul(fpp, c.q(gp, gp))))
+    if fa is not None and fp is not None:
+        fap = E.mul(E.power(a, E.sub(p, 1.0)), E.add(1.0, E.mul(p, E.call("log", a))))
+        s = E.add(s, E.mul(E.mul(2.0, fap), c.q(ga, gp)))
+    return g, s
+
+
+def _call(e: E.Call, c: DofContext, b: frozenset) -> Pair:
+    if e.name == "pow":
+        return _pow(e, c, b)
+    if e.name in ("floor", "ceil"):
+        return _zeros(e)                                        # piecewise constant
+    ((gu, su),) = c.operands(e.args, b)
+    u = c.operand_value(e.args[0], b)
+    if isinstance(gu, E.Zero) and isinstance(su, E.Zero):
+        return _zeros(e)
+    if e.name == "abs":                                         # abs'' = 0 a.e.
+        sg = sign(u)
+        return E.mul(sg, gu), E.mul(sg, su)
+    if e.name not in UNARY_D1:
+        raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
+    y = c.value(e)
+    f1 = UNARY_D1[e.name](u, y)
+    f2 = UNARY_D2[e.name](u, y, f1)
+    return E.mul(f1, gu), E.add(E.mul(f1, su), E.mul(f2, c.q(gu, gu)))
+
+
+def _reduce(e: E.Reduce, c: DofContext, b: frozenset) -> Pair:
+    inner = b | {a.var for a in e.axes}
+    gb, sb = c.pair(e.body, inner)
+    if e.combiner == "sum":                                     # linear
+        return (make_reduce("sum", gb, e.axes, e.where, e.dtype),
+                make_reduce("sum", sb, e.axes, e.where, e.dtype))
+    if e.combiner in ("max", "min"):                            # at the first extremum
+        return at_first(e, c, b, gb), at_first(e, c, b, sb)
+    raise DifferentiationError(
+        f"diff_operator: no second-order rule for the reduction {e.combiner} in {e}; "
+        "use method='hessian'")
+
+
+RULES: dict[type, Callable[..., Pair]] = {
+    E.Const: _leaf, E.Zero: _leaf, E.Var: _leaf, E.Delta: _leaf,
+    E.Add: _add, E.Sub: _sub, E.Neg: _neg, E.Mul: _mul, E.Div: _div,
+    E.FloorDiv: _leaf, E.Mod: _mod, E.Max: _max, E.Min: _min, E.Select: _select, E.Cast: _cast,
+    E.Call: _call, E.TensorRead: _read, E.Reduce: _reduce,
+}
+
+
+def pair_rule(e: E.Expr, c: DofContext, bound: frozenset) -> Pair:
+    """Dispatch ``e`` to its rule; integer and boolean expressions have zero ``(g, s)``."""
+    if not dtypes.is_float(e.dtype):
+        return _zeros(e)
+    rule = RULES.get(type(e))
+    if rule is None:
+        raise DifferentiationError(
+            f"diff_operator has no second-order rule for {type(e).__name__} in {e}")
+    return rule(e, c, bound)
