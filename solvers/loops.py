@@ -191,8 +191,8 @@ def loop_bounds(system: System, order: Sequence[str]) -> LoopNest:
     projected set is not one strided loop nest (a union of such nests, e.g. i mod 4 <= 1).
     """
     order = tuple(order)
-    if len(set(order)) != len(order) or set(order) - set(system.variables):
-        raise ValueError(f"order {order} must list distinct variables of the system")
+    if not order or len(set(order)) != len(order) or set(order) - set(system.variables):
+        raise ValueError(f"order {order} must list distinct variables of the system (>= 1)")
     try:
         return _generate(system, order)
     except _NeedsIsl:

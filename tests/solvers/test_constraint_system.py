@@ -65,6 +65,7 @@ def test_fm_random_projection_is_real_shadow_and_exact_when_flagged():
         P = S.eliminate("z")
         msg = f"seed={seed} S={S} P={P}"
         proj = {p[:2] for p in _points(S, names, box)}
+        assert sorted(proj) == S.enumerate(over=["x", "y"]), msg  # brute force == isl
         shadow = set(_points(P, ["x", "y"], box))
         assert proj <= shadow, msg
         for x, y in shadow:  # every shadow point has a rational z

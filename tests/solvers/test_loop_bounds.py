@@ -188,3 +188,14 @@ def test_empty_systems():
                  "i == 2*f", "0 <= i <= 9", "0 <= e <= 9", "0 <= f <= 9"]):
         S = System.parse(["i", "e", "f"], [], text + ["0 <= e <= 1", "0 <= f <= 1"])
         assert list(S.loop_bounds(["i"]).enumerate()) == []
+
+
+def test_residue_depending_on_a_parameter():
+    S = System.parse(["i", "j"], ["n"], ["0 <= i < 10", "0 <= j < 7", "i + n == 0 mod 3",
+                                         "i - j + 2*n == 0 mod 2"])
+    for order in (["i", "j"], ["j", "i"]):
+        nest = S.loop_bounds(order)
+        assert sorted(lp.step for lp in nest.loops) == [2, 3] or \
+            sorted(lp.step for lp in nest.loops) == [1, 6]
+        for n in range(-4, 5):
+            _check(S, order, {"n": n}, "param-residue", range(-1, 11))
