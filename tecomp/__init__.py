@@ -13,6 +13,7 @@ See ``DESIGN.md`` of the project for the full public contract.
 """
 
 from . import ops
+from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .dsl import (
     abs,
@@ -73,7 +74,7 @@ __all__ = [
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "LoweringError", "TecompError", "evaluate", "Expr", "IterVar", "Var",
-    "show", "Tensor", "build",
+    "show", "Tensor", "build", "gradient", "jacobian",
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
 ]

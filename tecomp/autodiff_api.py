@@ -1,0 +1,181 @@
+"""Public differentiation API: ``tc.gradient`` and ``tc.jacobian`` (reverse mode).
+
+Both validate their arguments, build the naive derivative with the reverse-mode pass
+(:func:`tecomp.passes.autodiff.differentiate`: one adjoint stage per tensor, Kronecker
+``Delta`` nodes for every read) and, unless ``optimize=False``, hand the result to zero
+elimination (``tecomp.passes.pipeline.optimize_gradient``) when that pass is available.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping, Sequence
+
+from . import dtypes
+from . import expr as E
+from .errors import DifferentiationError
+from .tensor import ComputeOp, Tensor
+
+Override = Callable[[Tensor, list[Tensor], Tensor], Sequence[Any]]
+
+
+def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | None = None,
+             *, optimize: bool = True,
+             overrides: Mapping[Tensor | str, Override] | None = None) -> list[Tensor]:
+    """The adjoints ``head · ∂output/∂input`` of each input (reverse mode).
+
+    ``head`` is a float tensor of ``output``'s shape and dtype (None: ones, i.e. the gradient
+    of ``sum(output)``).  Returns one tensor per input, with the input's shape and dtype;
+    inputs may be placeholders or intermediate compute tensors, and an input the output does
+    not depend on gets a zero tensor.
+
+    ``optimize=True`` runs zero elimination (``tecomp.passes.pipeline.optimize_gradient``) on
+    the result when the pipeline provides it.  Without zero elimination (``optimize=False``,
+    or before that pass exists) the gradients are correct but slow: each adjoint is a dense
+    sum over the consumer's whole domain with ``Delta`` nodes inside, O(|X|·|Y|·|K|) to
+    evaluate.
+
+    ``overrides`` replaces the derivative of chosen tensors: it maps a tensor, or a tag string
+    (every compute declared with ``tag=``), to ``fn(out, inputs, head) -> list``.  ``inputs``
+    are the tensors ``out`` reads directly (first-read order), ``head`` is the adjoint of
+    ``out`` (a tensor of ``out``'s shape) and ``fn`` returns, for each input, the tensor
+    contributed to that input's adjoint (same shape as the input) or None.  A tensor key
+    takes precedence over a tag.  The contributions of ``out``'s other consumers and the rest
+    of the graph are differentiated as usual.
+
+    Raises :class:`~tecomp.errors.DifferentiationError` for a non-float output, an integer or
+    non-tensor input, or a head of the wrong shape or dtype.
+    """
+    _check_output(output, "gradient")
+    ins = _check_inputs(inputs, output, "gradient")
+    if head is None:
+        head = _ones(output)
+    else:
+        _check_head(head, output)
+    _check_overrides(overrides)
+    from .passes.autodiff import differentiate
+
+    grads = differentiate(output, ins, head, overrides=overrides)
+    return _optimized(grads) if optimize else grads
+
+
+def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
+    """``J[i..., j...] = ∂output[i...] / ∂input[j...]``, of shape ``output.shape + input.shape``.
+
+    Computed in reverse mode with the identity head ``δ(p, i)`` (one adjoint per output
+    element, all at once).  ``optimize`` as in :func:`gradient`.
+    """
+    _check_output(output, "jacobian")
+    (x,) = _check_inputs([input], output, "jacobian")
+    from .passes.autodiff import differentiate
+
+    (jac,) = differentiate(output, [x], _identity(output))
+    return _optimized([jac])[0] if optimize else jac
+
+
+# --------------------------------------------------------------------------- helpers
+def _optimized(tensors: list[Tensor]) -> list[Tensor]:
+    try:
+        mod = importlib.import_module("tecomp.passes.pipeline")
+    except ModuleNotFoundError as err:
+        if err.name not in ("tecomp.passes.pipeline", "tecomp.passes"):
+            raise
+        return tensors
+    fn = getattr(mod, "optimize_gradient", None)
+    if fn is None:
+        return tensors
+    return list(fn(tensors))
+
+
+def _check_output(output: Any, who: str) -> None:
+    if not isinstance(output, Tensor):
+        raise DifferentiationError(f"tc.{who}: the output {output!r} is not a tensor")
+    if not dtypes.is_float(output.dtype):
+        raise DifferentiationError(
+            f"tc.{who}: the output tensor {output.name!r} has dtype {output.dtype}; only float "
+            "outputs can be differentiated")
+
+
+def _check_inputs(inputs: Any, output: Tensor, who: str) -> list[Tensor]:
+    if isinstance(inputs, Tensor):
+        inputs = [inputs]
+    try:
+        ins = list(inputs)
+    except TypeError:
+        raise DifferentiationError(
+            f"tc.{who}: inputs must be a tensor or a list of tensors, got {inputs!r}") from None
+    for n, t in enumerate(ins):
+        if not isinstance(t, Tensor):
+            raise DifferentiationError(
+                f"tc.{who}: input {n} is {t!r} of type {type(t).__name__}, not a tensor "
+                f"(differentiating {output.name!r})")
+        if not dtypes.is_float(t.dtype):
+            raise DifferentiationError(
+                f"tc.{who}: cannot differentiate {output.name!r} with respect to the "
+                f"{t.dtype} tensor {t.name!r}; derivatives exist only for float tensors")
+    return ins
+
+
+def _same_extent(a: E.Expr, b: E.Expr) -> bool:
+    if isinstance(a, E.Const) and isinstance(b, E.Const):
+        return a.value == b.value
+    return a == b
+
+
+def _fmt(t: Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def _check_head(head: Any, output: Tensor) -> None:
+    if not isinstance(head, Tensor):
+        raise DifferentiationError(
+            f"tc.gradient: head {head!r} for output {output.name!r} is not a tensor")
+    if head.ndim != output.ndim or not all(
+            _same_extent(a, b) for a, b in zip(head.shape, output.shape)):
+        raise DifferentiationError(
+            f"tc.gradient: head {head.name!r} has shape {_fmt(head)} but output "
+            f"{output.name!r} has shape {_fmt(output)}")
+    if head.dtype != output.dtype:
+        raise DifferentiationError(
+            f"tc.gradient: head {head.name!r} has dtype {head.dtype} but output "
+            f"{output.name!r} has dtype {output.dtype}")
+
+
+def _check_overrides(overrides: Any) -> None:
+    if overrides is None:
+        return
+    if not isinstance(overrides, Mapping):
+        raise DifferentiationError(
+            f"tc.gradient: overrides must map tensors or tags to functions, got {overrides!r}")
+    for key, fn in overrides.items():
+        if not isinstance(key, (Tensor, str)):
+            raise DifferentiationError(
+                f"tc.gradient: override key {key!r} is neither a tensor nor a tag string")
+        if not callable(fn):
+            what = key.name if isinstance(key, Tensor) else key
+            raise DifferentiationError(
+                f"tc.gradient: the override for {what!r} is {fn!r}, not a function "
+                "fn(out, inputs, head) -> list of tensors")
+
+
+def _axes(prefix: str, shape: Sequence[E.Expr], start: int = 0) -> tuple[E.IterVar, ...]:
+    return tuple(E.IterVar(E.Var(f"{prefix}{m + start}", "int64"), E.Const(0, "int64"), s,
+                           "data") for m, s in enumerate(shape))
+
+
+def _ones(output: Tensor) -> Tensor:
+    """The default head: ones of ``output``'s shape and dtype."""
+    axes = _axes("i", output.shape)
+    return Tensor(f"{output.name}_head", output.shape, output.dtype,
+                  ComputeOp(axes, E.Const(1.0, output.dtype), None))
+
+
+def _identity(output: Tensor) -> Tensor:
+    """The Jacobian head ``I[p, i] = Π_m δ(p_m, i_m)`` of shape ``output.shape * 2``."""
+    p = _axes("p", output.shape)
+    i = _axes("i", output.shape)
+    body: E.Expr = E.Const(1.0, output.dtype)
+    for a, b in zip(p, i):
+        body = E.mul(body, E.delta(a.var, b.var, output.dtype))
+    return Tensor(f"{output.name}_identity", output.shape * 2, output.dtype,
+                  ComputeOp(p + i, body, None))
