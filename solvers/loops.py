@@ -32,7 +32,8 @@ Smagt 2017, secs. 4.1–4.2, plus Pugh's Omega test for the integer steps):
    (divisions made explicit) and the procedure runs once more.
 3. The congruences and equalities on parameters and loop variables define an affine
    lattice; its lower-triangular Hermite basis, in loop order, gives each variable a step
-   and a residue class depending on the outer variables (``j = i (mod 4)``).
+   and a residue class depending on the outer variables (``j = i (mod 4)``);
+   see :mod:`tecomp.solvers.lattice`.
 4. Fourier–Motzkin with integer tightening, innermost column first: the constraints in
    which a loop variable is innermost are its bounds, exact for given outer values; outer
    bounds are rational shadows, so an outer value without inner points just gives an
@@ -56,14 +57,12 @@ divisibility conditions as ``if`` guards in the loop body; here they become step
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .affine import Affine, Congruence
 from .inequalities import combine_pair, pair_is_exact, tighten
-from .integer_system import solve_integer_system
-from .smith import hermite_normal_form
+from .lattice import residue_lattice
 from .system import System, _subst_rational, fresh_name
 
 __all__ = ["Bound", "Let", "Loop", "LoopNest", "loop_bounds"]
@@ -240,13 +239,14 @@ def _generate(system: System, order: tuple[str, ...]) -> LoopNest:
         return _empty(order, params)
     lets: list[Let] = []
     tagged = _resolve_existentials(ineqs, exist, lets, order, params)
-    lattice = _lattice(params, order, eqs, congs)
+    lattice = residue_lattice(params, order, eqs, congs)
     if lattice is None:
         return _empty(order, params)
-    steps, residues, param_congs, pinned = lattice
-    for e in eqs + pinned:
+    for e in eqs + list(lattice.pinned):
         tagged += [(e, "E"), (-e, "E")]
-    return _fourier_motzkin(params, order, tagged, lets, steps, residues, param_congs)
+    residues = {v: Bound(*r) for v, r in lattice.residues.items()}
+    return _fourier_motzkin(params, order, tagged, lets, lattice.steps, residues,
+                            lattice.param_congruences)
 
 
 def _empty(order: tuple[str, ...], params: tuple[str, ...]) -> LoopNest:
@@ -354,60 +354,6 @@ def _witnesses(cons: list[_Tagged], v: str) -> Iterator[tuple[Affine, int, list[
         b = -ups[0].coeff(v)
         u = ups[0].drop(v)
         yield u, b, [ups[0], Affine.var(v, b) - u + (b - 1)]
-
-
-def _lattice(params: tuple[str, ...], order: tuple[str, ...], eqs: list[Affine],
-             congs: list[tuple[Affine, int]]):
-    """Step 3: per loop variable its step and residue, the congruences on the parameters,
-    and the equalities pinning variables without a lattice pivot.  None when empty."""
-    dims = params + order
-    steps = {v: 1 for v in order}
-    residues = {v: Bound(_ZERO) for v in order}
-    if not congs and not eqs:
-        return steps, residues, [], []
-    d, k = len(dims), len(congs)
-    A = [[e.coeff(x) for x in dims] + [0] * k for e in eqs]
-    A += [[e.coeff(x) for x in dims] + [-m if j == i else 0 for j in range(k)]
-          for i, (e, m) in enumerate(congs)]
-    b = [-e.const for e in eqs] + [-e.const for e, _ in congs]
-    sol = solve_integer_system(A, b)
-    if sol is None:
-        return None
-    z0, N = sol
-    H, _, pivots = hermite_normal_form([row for row in N[:d]], ncols=len(N[0]) if N else 0)
-    us: list[tuple[Affine, int]] = []  # u_k = num/den in terms of the dims
-    param_congs: list[Congruence] = []
-    pinned: list[Affine] = []
-    for i, x in enumerate(dims):
-        kk = len(us)
-        num, den = Affine.constant(z0[i]), 1
-        for j in range(kk):
-            if H[i][j]:
-                un, ud = us[j]
-                lcm = math.lcm(den, ud)
-                num = (num * (lcm // den)).axpy(H[i][j] * (lcm // ud), un)
-                den = lcm
-        xa = Affine.var(x)
-        if kk < len(pivots) and pivots[kk] == i:
-            step = H[i][kk]
-            us.append(((xa * den) - num, den * step))
-            if step == 1:
-                continue
-            if x in steps:
-                m = den * step
-                red = Affine({n: c % m for n, c in num.coeffs.items()}, num.const % m)
-                g = math.gcd(red.content(), den)
-                steps[x] = step
-                residues[x] = Bound(red.exact_div(g) if g > 1 else red, den // g)
-            else:
-                c = Congruence.make(xa * den - num, den * step)
-                if c is False:
-                    return None
-                if c is not True:
-                    param_congs.append(c)
-        else:
-            pinned.append(xa * den - num)
-    return steps, residues, param_congs, pinned
 
 
 def _merge(old: _Tagged, new: _Tagged) -> _Tagged:
