@@ -46,10 +46,13 @@ class Lattice:
 def residue_lattice(params: tuple[str, ...], order: tuple[str, ...], eqs: list[Affine],
                     congs: list[tuple[Affine, int]]) -> Lattice | None:
     """The lattice of ``eqs`` and ``congs`` over ``params + order``; ``None`` when empty."""
-    dims = params + order
     steps = {v: 1 for v in order}
     residues = {v: (Affine.constant(0), 1) for v in order}
-    if not congs and not eqs:
+    # a coordinate in no constraint is a free factor of the lattice (step 1, and no other
+    # residue depends on it): leave it out, which keeps the matrices small
+    used = {n for e in eqs for n in e.coeffs} | {n for e, _ in congs for n in e.coeffs}
+    dims = tuple(x for x in params + order if x in used)
+    if not dims:
         return Lattice(steps, residues, (), ())
     d, k = len(dims), len(congs)
     A = [[e.coeff(x) for x in dims] + [0] * k for e in eqs]
