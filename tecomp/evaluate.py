@@ -223,6 +223,7 @@ class _Evaluator:
         env = dict(sc.env)
         depth = sc.depth
         valid = mask
+        extents: list[int] = []  # the grid spans every axis even where the body ignores it
         for ax in e.axes:
             inner = _Scope(env, depth)
             lo = np.asarray(self.ev(ax.lo, inner, valid))
@@ -236,9 +237,11 @@ class _Evaluator:
                 lmin = int(lo.min()) if lo.size else 0
             hmax = int(hi.max()) if hi.size else 0
             n = builtins_max(hmax - lmin, 0)
+            extents.append(n)
             rng = np.arange(lmin, lmin + n, dtype=np.int64).reshape((1,) * depth + (n,))
             depth += 1
             env[ax.var] = rng
+            grid_shapes.append(rng.shape)
             grow = (1,)
             if lo.ndim or ext.ndim:
                 lo_x = lo.reshape(lo.shape + (1,) * (depth - lo.ndim)) if lo.ndim else lo
@@ -254,7 +257,7 @@ class _Evaluator:
             valid = _and(valid, w)
         body = self.ev(e.body, inner, valid)
         shape = np.broadcast_shapes(*(np.shape(x) for x in (body, valid) if x is not None),
-                                    (1,) * depth)
+                                    (1,) * sc.depth + tuple(extents))
         full = np.broadcast_to(body, shape)
         ident = _identity(e.combiner, e.dtype)
         if valid is not None:
