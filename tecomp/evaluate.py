@@ -223,6 +223,7 @@ class _Evaluator:
         env = dict(sc.env)
         depth = sc.depth
         valid = mask
+        grid_shapes: list[tuple[int, ...]] = []
         extents: list[int] = []  # the grid spans every axis even where the body ignores it
         for ax in e.axes:
             inner = _Scope(env, depth)
