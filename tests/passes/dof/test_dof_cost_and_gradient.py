@@ -1,0 +1,52 @@
+"""DOF against the Hessian method in static cost, and reverse mode through a Laplacian."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dof_nets import mlp, ph
+
+import tecomp as tc
+
+
+def _mlp(n, widths, batch, rng):
+    x = ph((batch, n), "x")
+    vals = {}
+    u = mlp(x, widths, rng, vals)
+    return x, u, vals
+
+
+@pytest.mark.parametrize("n, r, bound", [(4, 4, 0.55), (20, 2, 0.10)])
+def test_dof_flops_against_hessian_method(n, r, bound, rng):
+    x, u, _ = _mlp(n, [16, 16], 32, rng)
+    M = rng.standard_normal((r, n))
+    A = M.T @ M
+    dof = tc.cost([tc.diff_operator(u, x, A)])
+    hess = tc.cost([tc.diff_operator(u, x, A, method="hessian")])
+    assert dof.flops <= bound * hess.flops, (dof, hess)
+    assert dof.iterations < hess.iterations
+
+
+def test_gradient_of_laplacian_loss_wrt_weights(rng):
+    x, u, vals = _mlp(2, [4, 3], 5, rng)
+    vals[x] = rng.uniform(-1, 1, (5, 2))
+    f = ph((5,), "f")
+    vals[f] = rng.standard_normal(5)
+    lap = tc.laplacian(u, x)
+    b = tc.reduce_axis(5, "b")
+    loss = tc.compute((), lambda: tc.sum((lap[b] - f[b]) * (lap[b] - f[b]), axis=b),
+                      name="loss")
+    weights = [t for t in vals if t is not x and t is not f]
+    grads = tc.gradient(loss, weights)
+    gv = tc.evaluate(grads, vals)
+    dirs = [rng.standard_normal(np.shape(vals[w])) for w in weights]
+    dot = sum(float(np.sum(g * d)) for g, d in zip(gv, dirs))
+
+    def L(h):
+        v = dict(vals)
+        for w, d in zip(weights, dirs):
+            v[w] = vals[w] + h * d
+        return float(tc.evaluate([loss], v)[0])
+    h = 1e-5
+    fd = (L(h) - L(-h)) / (2 * h)
+    assert abs(dot - fd) <= 1e-6 * (abs(fd) + 1.0), (dot, fd)
