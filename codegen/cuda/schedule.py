@@ -55,6 +55,7 @@ from tecomp.loopir import (
 )
 
 from ..cstyle import stmt_exprs, walk_expr, walk_stmt
+from .reorder import restore_sum_order
 
 ATOMIC_DTYPES = {"sum": ("float16", "bfloat16", "float32", "float64", "int32", "int64"),
                  "prod": ("float32", "float64", "int32", "int64"),
@@ -102,7 +103,11 @@ class GpuProgram:
 
 
 def schedule(func: LoweredFunc) -> GpuProgram:
-    """Cut ``func`` into kernels and map their loops onto the grid (see the module doc)."""
+    """Cut ``func`` into kernels and map their loops onto the grid (see the module doc).
+
+    Sum reductions in the CPU's "i, k, j" order are first put back in GPU order
+    (:func:`.reorder.restore_sum_order`)."""
+    func = restore_sum_order(func)
     temps: list[Buffer] = []
     raw: list[tuple[Stmt, tuple[tuple[E.Var, E.Expr], ...]]] = []
 
@@ -289,9 +294,11 @@ def _map_loops(loop: For, local: set[Buffer], outside: set[E.Var]
                ) -> tuple[list[For], list[Store]] | None:
     """The loops mapped onto the grid (outermost first) and the stores they do not own."""
     consistent, non_owned, atomic_ok = _analyse(loop, [loop.var], local)
+    trusted = False
     if loop.kind == "parallel":
-        # trusted; stores it does not own must be reductions to be made atomic, others are
-        # disjoint by lowering's guarantee
+        # lowering guarantees disjoint writes; accumulations it does not own syntactically
+        # are made atomic, plain stores are trusted
+        trusted = any(st.reduce is None for st in non_owned)
         non_owned = [st for st in non_owned if st.reduce is not None]
         for st in non_owned:
             if st.buffer.dtype not in ATOMIC_DTYPES.get(st.reduce, ()):
@@ -305,15 +312,19 @@ def _map_loops(loop: For, local: set[Buffer], outside: set[E.Var]
         return None
     mapped = [loop]
     inner = loop.body
-    while not non_owned and isinstance(inner, For):
+    while isinstance(inner, For) and not trusted:
         bad = {m.var for m in mapped} | _bound_inside(inner) - {inner.var}
         if (_free(inner.lo) | _free(inner.hi)) & bad:
             break
         pv = [m.var for m in mapped] + [inner.var]
-        ok, rest, _ = _analyse(loop, pv, local)
-        if not ok or rest:
+        ok, rest, ok_atomic = _analyse(loop, pv, local)
+        if ok:
+            rest = []
+        # collapsing must not turn a store into an atomic that was not one already
+        if not (ok or ok_atomic) or not set(rest) <= set(non_owned):
             break
         mapped.append(inner)
+        non_owned = rest
         inner = inner.body
     return mapped, non_owned
 
