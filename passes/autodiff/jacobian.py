@@ -13,8 +13,12 @@ holds what they need from their context:
 * ``d_under(e, cond, axes)`` — the same inside an ``if_then_else`` arm or a reduction body: the
   guard (the condition under which ``e``'s value matters) and the scope of bound axes grow.
 * ``value(e, kind)`` — the forward value of ``e``: a read ``Y[i]`` of the stage itself when
-  ``e`` is the whole body (the rules for tanh, sigmoid, exp, sqrt and max reuse it), else an
-  auxiliary stage (see below) or ``e`` itself.
+  ``e`` is the whole body (the rules for tanh, sigmoid, exp, sqrt, division and max reuse it),
+  else an auxiliary stage named ``kind``, else ``fwd(e)``.
+* ``fwd(e)`` — a forward operand as it may appear inside a derivative: every reduction in it
+  is replaced by a read of an auxiliary stage.  The contribution of a consumer is a sum over
+  the Jacobian index too, so a forward reduction left in place (a softmax denominator, say)
+  would be recomputed for every Jacobian index.
 * ``stage(kind, body, dtype, default)`` — an *auxiliary stage*: ``body`` computed once per point
   of the enclosing domain (the axes in scope that ``body`` or the guard mention) and read back.
   Max/min/prod derivatives use it so that no reduction is recomputed per Jacobian index.  Its

@@ -22,8 +22,10 @@ Conventions worth knowing:
   singular points: the first term is 0 where ``b == 0`` and the second is 0 where ``a == 0``
   and ``b >= 0`` (so ``x ** 2`` at 0 and ``0 ** y`` give finite derivatives, not NaN).  When
   only one argument depends on X the other term is never built.
-* ``exp``, ``sqrt``, ``tanh``, ``sigmoid``: the derivative reuses the forward value — the
-  stage's own output ``Y[i]`` when the call is the whole body of ``Y``, else the call itself.
+* ``exp``, ``sqrt``, ``tanh``, ``sigmoid`` (and ``a / b``): the derivative reuses the forward
+  value — the stage's own output ``Y[i]`` when the node is the whole body of ``Y``, else the
+  node itself.  Forward operands that a rule multiplies by go through ``D.fwd``, which turns
+  the reductions in them into reads of auxiliary stages computed once.
 * Casts between floats cast the derivative; the driver casts each adjoint contribution back to
   the dtype of the tensor it is accumulated into.
 """

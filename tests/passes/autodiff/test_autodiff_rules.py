@@ -147,6 +147,29 @@ def case_nested_max(rng):
                 convergence=False, head=True)
 
 
+def case_nested_max_offset_guard(rng):
+    A = ph((3, 4, 4), "A")
+    k, q = tc.reduce_axis(4, "k"), tc.reduce_axis((1, 5), "q")
+    Y = tc.compute((3,), lambda i: tc.sum(tc.if_then_else(
+        q < 4, tc.max(A[i, k, q - 1] * A[i, k, q], axis=k), tc.exp(A[i, 0, q - 1])), axis=q),
+        name="Y")
+    return dict(out=Y, inputs=[A], arrays={A: rng.standard_normal((3, 4, 4))},
+                convergence=False, head=True)
+
+
+def case_nested_max_triangular(rng):
+    A = ph((4, 5), "A")
+    k = tc.reduce_axis(5, "k")
+
+    def body(i):
+        q = tc.reduce_axis((0, i + 1), "q")
+        return tc.sum(tc.max(A[q, k] * A[i, k], axis=k), axis=q)
+
+    Y = tc.compute((4,), body, name="Y")
+    return dict(out=Y, inputs=[A], arrays={A: rng.standard_normal((4, 5))},
+                convergence=False, head=True)
+
+
 def _prod_case(zeros_per_row):
     def case(rng):
         A = ph((3, 5), "A")
@@ -317,6 +340,8 @@ CASES = {
     "sum_products": case_sum_products, "sum_min_index": case_sum_min_index,
     "sum_where": case_sum_where, "max_products": case_max_products,
     "min_2axes_where": case_min_2axes_where, "nested_max": case_nested_max,
+    "nested_max_offset_guard": case_nested_max_offset_guard,
+    "nested_max_triangular": case_nested_max_triangular,
     "prod_0_zeros": _prod_case(0), "prod_1_zero": _prod_case(1),
     "prod_2_zeros": _prod_case(2), "nested_prod": case_nested_prod,
     "reversal": case_reversal, "diag_ii_i": case_diag, "shift_i_plus_j": case_shift,
