@@ -4,7 +4,9 @@
 each array's ndim, dtype (no implicit casting) and extents — binds the symbolic sizes from the
 arrays' shapes and checks them for consistency across arrays, allocates the outputs (or checks
 ``out=``), and calls the compiled function through ctypes (which releases the GIL, so kernels
-may run concurrently in threads).  Every failure raises
+may run concurrently in threads).  ``kernel.threads`` bounds the threads the compiled code
+uses for ``"parallel"`` loops (default: the CPUs this process may run on; calls on less than
+:data:`PARALLEL_MIN_BYTES` of data run on one thread).  Every failure raises
 :class:`~tecomp.errors.ArgumentError` naming the tensor and the axis.
 
 Inputs are never written: non-contiguous or unaligned arrays are copied to contiguous ones,
@@ -21,6 +23,7 @@ passed as Python (or NumPy) integers in their position among the inputs.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -81,9 +84,13 @@ class Kernel:
         self.outputs = tuple(outputs) if outputs is not None else tuple(func.outputs)
         self._single = len(self._outs) == 1 if single is None else single
         nbuf = len(func.inputs) + len(func.outputs)
+        self._threaded = bool(getattr(entry, "threads", False))
+        nint = len(func.params) + (1 if self._threaded else 0)
         proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * nbuf +
-                                                   [ctypes.c_int64] * len(func.params)))
+                                                   [ctypes.c_int64] * nint))
         self._fn = proto(entry.address)
+        #: the most threads a call uses for ``"parallel"`` loops (1: run serially)
+        self.threads = _cpu_count()
 
     # ------------------------------------------------------------------------ set-up
     def _map_inputs(self, func: LoweredFunc, inputs: Sequence[Any] | None,
@@ -181,6 +188,9 @@ class Kernel:
         outs = self._outputs(out, sizes, ins + [x for x in arrays if isinstance(x, np.ndarray)])
         ptrs = [a.ctypes.data for a in ins] + [a.ctypes.data for a in self._hidden] + \
             [o.ctypes.data for o in outs]
+        if self._threaded:
+            nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
+            params.append(self.threads if nbytes >= PARALLEL_MIN_BYTES else 1)
         rc = self._fn(*ptrs, *params)
         if rc != 0:
             raise ArgumentError(
@@ -225,6 +235,18 @@ class Kernel:
                     raise ArgumentError(f"{where}: the array overlaps an input or another "
                                         "output")
         return given
+
+
+# Below this many bytes of arguments and results a call runs on one thread: starting threads
+# costs tens of microseconds, more than such a kernel takes.
+PARALLEL_MIN_BYTES = 1 << 16
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------------------- argument checks

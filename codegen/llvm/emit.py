@@ -6,14 +6,16 @@ The generated function is ::
 
 one pointer per input and output buffer (dense, row-major), then one i64 per scalar parameter
 (symbolic sizes and scalar ``tc.var`` inputs), in the order of ``LoweredFunc.inputs``,
-``.outputs`` and ``.params``.  It returns 0, or 1 when a temporary buffer could not be
+``.outputs`` and ``.params``; when threading is on, a last i64 gives the number of threads
+``"parallel"`` loops may use.  It returns 0, or 1 when a temporary buffer could not be
 allocated.
 
 Statements (the conventions of :mod:`tecomp.loopir`):
 
 * ``For(v, lo, hi, body, step)`` becomes a loop ``v = lo; while v < hi: body; v += step`` with
-  ``lo`` and ``hi`` evaluated once before it.  Every ``kind`` runs serially here; threading of
-  ``"parallel"`` loops is done by :mod:`.parallel` on top of this emitter.
+  ``lo`` and ``hi`` evaluated once before it.  A ``"parallel"`` loop outside every other loop
+  is outlined and run on several threads when threading is on (:mod:`.parallel`); every other
+  loop, whatever its ``kind``, runs serially.
 * ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.
 * ``Allocate``: a ``"local"`` buffer or a temporary of constant size up to
   :data:`STACK_LIMIT` bytes is an ``alloca`` in the entry block (mem2reg promotes scalars to
@@ -46,51 +48,43 @@ def symbol_name(name: str) -> str:
     return s if s and not s[0].isdigit() else "k_" + s
 
 
-def emit_module(func: LoweredFunc) -> ir.Module:
-    """An LLVM module with one function implementing ``func`` (see the module docstring)."""
+def emit_module(func: LoweredFunc, *, threads: bool = False) -> ir.Module:
+    """An LLVM module with one function implementing ``func`` (see the module docstring).
+
+    With ``threads``, outermost ``"parallel"`` loops are outlined and run on several threads
+    (:mod:`.parallel`); the function then takes the thread count as a last i64 argument.
+    """
     module = ir.Module(name=symbol_name(func.name))
-    FunctionEmitter(module, func, symbol_name(func.name)).run()
+    FunctionEmitter(module, func, symbol_name(func.name), threads=threads).run()
     return module
 
 
-def signature(func: LoweredFunc) -> ir.FunctionType:
+def signature(func: LoweredFunc, threads: bool = False) -> ir.FunctionType:
     nbuf = len(func.inputs) + len(func.outputs)
-    return ir.FunctionType(T.I32, [T.PTR] * nbuf + [T.I64] * len(func.params))
+    extra = 1 if threads else 0
+    return ir.FunctionType(T.I32, [T.PTR] * nbuf + [T.I64] * (len(func.params) + extra))
 
 
-class FunctionEmitter(ExprEmitter):
-    """Emit the body of one lowered function into ``module``."""
+class StmtEmitter(ExprEmitter):
+    """Emit statements into the function ``fn`` (which returns an i32 status).
 
-    def __init__(self, module: ir.Module, func: LoweredFunc, name: str) -> None:
-        self.func = func
-        self.fn = ir.Function(module, signature(func), name)
+    The entry block holds only stack allocations and a branch to the code, so that allocas
+    stay outside every loop.  Subclasses bind the function's arguments to variables/buffers.
+    """
+
+    def __init__(self, fn: ir.Function) -> None:
+        self.fn = fn
         self.fn.attributes.add("nounwind")
-        # the entry block holds only the stack allocations and a branch to the body
         self.entry = self.fn.append_basic_block("entry")
         start = self.fn.append_basic_block("start")
         ir.IRBuilder(self.entry).branch(start)
         super().__init__(ir.IRBuilder(start))
         self._oom: ir.Block | None = None
-        self._bind_arguments()
+        self.loop_depth = 0
+        self.threads: ir.Value | None = None  # set where parallel loops may be outlined
+        self.outlined = 0
 
-    def _bind_arguments(self) -> None:
-        func = self.func
-        bufs = list(func.inputs) + list(func.outputs)
-        for buf, arg in zip(bufs, self.fn.args):
-            arg.name = symbol_name(buf.name)
-            arg.add_attribute("noalias")
-            if buf in self.buffers:
-                raise CompileError(f"emit: buffer {buf.name!r} appears twice in the signature")
-            self.buffers[buf] = arg
-        for p, arg in zip(func.params, self.fn.args[len(bufs):]):
-            arg.name = symbol_name(p.name)
-            if not T.is_int(p.dtype):
-                raise CompileError(
-                    f"emit: parameter {p.name!r} has dtype {p.dtype}; parameters are integers")
-            self.env[p] = T.convert(self.b, arg, "int64", p.dtype)
-
-    def run(self) -> ir.Function:
-        self.visit(self.func.body)
+    def finish(self) -> ir.Function:
         self.b.ret(ir.Constant(T.I32, 0))
         return self.fn
 
@@ -117,6 +111,11 @@ class FunctionEmitter(ExprEmitter):
                     self.visit(s.else_)
 
     def visit_For(self, s: For) -> None:
+        if s.kind == "parallel" and self.threads is not None and self.loop_depth == 0:
+            from .parallel import emit_parallel_for
+
+            emit_parallel_for(self, s)
+            return
         self.loop(s, s.lo, s.hi)
 
     def loop(self, s: For, lo_e: Any, hi_e: Any) -> None:
@@ -138,8 +137,10 @@ class FunctionEmitter(ExprEmitter):
         iv.add_incoming(lo, pre)
         self.b.cbranch(self.b.icmp_signed("<", iv, hi), body, done)
         self.b.position_at_end(body)
+        self.loop_depth += 1
         with _Bound(self.env, s.var, iv):
             self.visit(s.body)
+        self.loop_depth -= 1
         nxt = self.b.add(iv, ir.Constant(vt, s.step), flags=("nsw",))
         iv.add_incoming(nxt, self.b.block)
         self.b.branch(head)
@@ -201,7 +202,8 @@ class FunctionEmitter(ExprEmitter):
         eb = ir.IRBuilder(self.entry)
         eb.position_before(self.entry.terminator)
         p = eb.alloca(t, size=ir.Constant(T.I64, count), name=symbol_name(name))
-        p.align = 64 if count > 1 else T.elem_size_of(t)
+        p.align = 64 if count > 1 else None
+        p.type = T.PTR  # use it as an untyped pointer, like the arguments
         return p
 
     def _malloc(self, buf: Buffer) -> ir.Value:
@@ -230,6 +232,39 @@ class FunctionEmitter(ExprEmitter):
             self._oom = self.fn.append_basic_block("out_of_memory")
             ir.IRBuilder(self._oom).ret(ir.Constant(T.I32, 1))
         return self._oom
+
+
+class FunctionEmitter(StmtEmitter):
+    """Emit one lowered function into ``module`` under the symbol ``name``."""
+
+    def __init__(self, module: ir.Module, func: LoweredFunc, name: str, *,
+                 threads: bool = False) -> None:
+        self.func = func
+        super().__init__(ir.Function(module, signature(func, threads), name))
+        self._bind_arguments()
+        if threads:
+            self.threads = self.fn.args[-1]
+            self.threads.name = "nthreads"
+
+    def _bind_arguments(self) -> None:
+        func = self.func
+        bufs = list(func.inputs) + list(func.outputs)
+        for buf, arg in zip(bufs, self.fn.args):
+            arg.name = symbol_name(buf.name)
+            arg.add_attribute("noalias")
+            if buf in self.buffers:
+                raise CompileError(f"emit: buffer {buf.name!r} appears twice in the signature")
+            self.buffers[buf] = arg
+        for p, arg in zip(func.params, self.fn.args[len(bufs):]):
+            arg.name = symbol_name(p.name)
+            if not T.is_int(p.dtype):
+                raise CompileError(
+                    f"emit: parameter {p.name!r} has dtype {p.dtype}; parameters are integers")
+            self.env[p] = T.convert(self.b, arg, "int64", p.dtype)
+
+    def run(self) -> ir.Function:
+        self.visit(self.func.body)
+        return self.finish()
 
 
 class _Bound:

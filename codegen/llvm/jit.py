@@ -72,6 +72,7 @@ class JitFunction:
     address: int
     source: str
     _tracker: Any = field(repr=False, default=None)
+    threads: bool = False  # whether the function takes a thread count as its last argument
 
 
 def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:

@@ -72,11 +72,6 @@ def elem_size(dtype: str) -> int:
             "bool": 1}[dtype]
 
 
-def elem_size_of(t: ir.Type) -> int:
-    """Bytes of one value of the LLVM memory type ``t``."""
-    return {F16: 2, F32: 4, F64: 8, I8: 1, I32: 4, I64: 8}[t]
-
-
 def is_float(dtype: str) -> bool:
     return dtype in ("float16", "bfloat16", "float32", "float64")
 

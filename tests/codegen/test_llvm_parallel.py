@@ -1,0 +1,127 @@
+"""Outlined ``"parallel"`` loops run on several threads and give the serial results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp import expr as E
+from tecomp.codegen import kernel as kernel_module
+from tecomp.codegen.llvm import build_kernel
+from tecomp.errors import ArgumentError
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Store
+
+n, m = E.Var("n"), E.Var("m")
+i, j, k = E.Var("i"), E.Var("j"), E.Var("k")
+ZERO = E.Const(0, "int64")
+
+
+@pytest.fixture(autouse=True)
+def always_threaded(monkeypatch):
+    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_BYTES", 0)
+
+
+def load(buf, *idx):
+    return BufferLoad(buf, tuple(idx), buf.dtype)
+
+
+def test_parallel_loop_is_outlined():
+    x = Buffer("X", (n,), "float32", "input")
+    y = Buffer("Y", (n,), "float32", "output")
+    body = For(i, ZERO, n, Store(y, (i,), load(x, i) + 1.0), kind="parallel")
+    kern = build_kernel(LoweredFunc("inc", (x,), (y,), (n,), body))
+    assert "@pthread_create" in kern.source and "inc.par0" in kern.source
+    serial = build_kernel(LoweredFunc("inc", (x,), (y,), (n,), body), threads=False)
+    assert "pthread" not in serial.source
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("rows", [0, 1, 2, 5, 67])
+def test_thread_counts_and_trip_counts(rng, threads, rows):
+    A = tc.placeholder((n, 12), name="A")
+    B = tc.placeholder((12, 9), name="B")
+    r = tc.reduce_axis(12, name="r")
+    C = tc.compute((n, 9), lambda p, q: tc.sum(A[p, r] * B[r, q], axis=r), name="C")
+    kern = tc.build(C, [A, B])
+    assert "pthread_create" in kern.source
+    kern.threads = threads
+    a = rng.standard_normal((rows, 12))
+    a = a.astype(np.float32)
+    b = rng.standard_normal((12, 9)).astype(np.float32)
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_strided_parallel_loop_with_offset(rng):
+    y = Buffer("Y", (n,), "int64", "output")
+    body = Seq((For(i, ZERO, n, Store(y, (i,), E.Const(-1, "int64"))),
+                For(j, E.Const(3, "int64"), n - 1, Store(y, (j,), j * 10), step=4,
+                    kind="parallel")))
+    kern = build_kernel(LoweredFunc("strided", (), (y,), (n,), body))
+    for threads in (1, 2, 5):
+        kern.threads = threads
+        for size in (0, 4, 5, 8, 30):
+            want = [-1] * size
+            for q in range(3, size - 1, 4):
+                want[q] = q * 10
+            assert kern(size).tolist() == want
+
+
+def test_captures_temps_lets_and_private_locals(rng):
+    # stage 1 (parallel) fills a heap temp; stage 2 (parallel) reads it with a let-bound float
+    # scale and a per-iteration local accumulator and temp row
+    x = Buffer("X", (n, m), "float64", "input")
+    t = Buffer("T", (n, m), "float64", "temp")
+    y = Buffer("Y", (n,), "float64", "output")
+    acc = Buffer("acc", (), "float64", "local")
+    row = Buffer("row", (m,), "float64", "temp")
+    s = E.Var("s", "float64")
+    stage1 = For(i, ZERO, n, For(j, ZERO, m, Store(t, (i, j), load(x, i, j) * 2.0)),
+                 kind="parallel")
+    stage2 = For(i, ZERO, n, Allocate(acc, Allocate(row, Seq((
+        For(j, ZERO, m, Store(row, (j,), load(t, i, j) * E.Var("s", "float64"))),
+        Store(acc, (), E.Const(0.0, "float64")),
+        For(j, ZERO, m, Store(acc, (), load(row, j), reduce="sum")),
+        Store(y, (i,), load(acc)))))), kind="parallel")
+    body = Allocate(t, LetStmt(s, E.cast(m, "float64") * 0.5, Seq((stage1, stage2))))
+    kern = build_kernel(LoweredFunc("two", (x,), (y,), (n, m), body))
+    a = rng.standard_normal((41, 7))
+    for threads in (1, 2, 4):
+        kern.threads = threads
+        np.testing.assert_allclose(kern(a), (a * 2 * 3.5).sum(axis=1), rtol=1e-12)
+
+
+def test_nested_parallel_loops_run_inner_serially(rng):
+    y = Buffer("Y", (n, m), "int32", "output")
+    body = For(i, ZERO, n, For(j, ZERO, m, Store(y, (i, j), E.cast(i * 100 + j, "int32")),
+                               kind="parallel"), kind="parallel")
+    kern = build_kernel(LoweredFunc("nest", (), (y,), (n, m), body))
+    kern.threads = 3
+    got = kern(7, 5)
+    np.testing.assert_array_equal(got, np.add.outer(np.arange(7) * 100, np.arange(5)))
+    assert "nest.par0" in kern.source and "nest.par1" not in kern.source
+
+
+def test_out_of_memory_in_a_thread_is_reported():
+    y = Buffer("Y", (n,), "float32", "output")
+    t = Buffer("T", (m,), "float32", "temp")
+    body = For(i, ZERO, n, Allocate(t, Seq((
+        For(j, ZERO, m, Store(t, (j,), E.cast(j, "float32"))),
+        Store(y, (i,), load(t, m - 1))))), kind="parallel")
+    kern = build_kernel(LoweredFunc("oomp", (), (y,), (n, m), body))
+    kern.threads = 2
+    assert kern(4, 3).tolist() == [2.0] * 4
+    with pytest.raises(ArgumentError, match="out of memory"):
+        kern(4, 2**50)
+
+
+def test_e2e_programs_with_threads(rng):
+    X = tc.placeholder((n, 10), name="X")
+    sm = tc.ops.softmax(X)
+    kern = tc.build(sm, [X])
+    x = rng.standard_normal((33, 10)).astype(np.float32)
+    kern.threads = 1
+    one = kern(x)
+    kern.threads = 4
+    np.testing.assert_allclose(kern(x), one, rtol=1e-6)
+    np.testing.assert_allclose(one, tc.evaluate([sm], {X: x})[0], rtol=1e-5)
