@@ -3,9 +3,9 @@
 ``lower(outputs, inputs)`` guarantees a program that computes every output exactly as the
 reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
 
-1. Stages are the compute tensors reachable from the outputs without passing through an
-   input, in the deterministic topological order of :func:`tecomp.functor.topo_order`
-   (producers first; outputs in the order given).
+1. Stages are the compute (and scatter) tensors reachable from the outputs without passing
+   through an input, in the deterministic topological order of
+   :func:`tecomp.functor.topo_order` (producers first; outputs in the order given).
 2. Cheap element-wise stages are inlined into their consumers (:mod:`.inline`).
 3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sum reductions over the
    unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
@@ -16,15 +16,18 @@ reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
 Conventions of the produced :class:`LoweredFunc`, beyond those of :mod:`tecomp.loopir`, that
 backends may rely on:
 
-* ``inputs`` has one ``"input"`` buffer per tensor in ``inputs`` (in that order), ``outputs``
-  one ``"output"`` buffer per output (in that order).  Buffer names are unique within the
-  function, are identifiers, and differ from every parameter name.
+* ``inputs`` has one ``"input"`` buffer per tensor in ``inputs`` (in that order), then one per
+  constant tensor (``tc.constant``) the outputs read, in order of first appearance: the caller
+  passes their data (:func:`lower_program` returns it); ``outputs`` has one ``"output"``
+  buffer per output (in that order).  Buffer names are unique within the function, are
+  identifiers, and differ from every parameter name.
 * ``params`` lists every size variable, in order of first appearance while scanning
   ``inputs``: for a tensor, the variables that are a whole extent of its shape (dimension
   order); for a scalar ``tc.var``, the variable itself.  A parameter that is a whole extent of
   an input buffer's shape is bound from that array's shape; the others are scalar arguments.
   Every variable in a shape or loop bound is a parameter or an enclosing loop variable.
-* Loop variables never shadow an enclosing loop variable or a parameter.
+* Loop variables never shadow an enclosing loop variable or a parameter (reduction axes are
+  renamed where needed; data axes keep their names).
 * Expressions hold only ``Const``, ``Var``, arithmetic, comparisons, ``And/Or/Not``,
   ``Select``, ``Cast``, ``Call`` and ``BufferLoad`` (no ``TensorRead``, ``Reduce``, ``Delta``,
   ``Zero``).  ``Select`` and the right operand of ``&``/``|`` may contain loads that are out of
@@ -32,6 +35,9 @@ backends may rely on:
 * Reductions accumulate with ``Store(buf, idx, value, reduce=combiner)`` into a ``"local"``
   buffer of shape ``()`` initialised with the combiner's identity (see :mod:`.lower_stage`),
   or, after the loop-order pass, into the stage's own buffer after a zero-initialising loop.
+* A scatter stage (``ScatterOp``) is a copy of its ``init`` (or a zero fill) followed by serial
+  loops over its axes storing ``Store(buf, indices, value, reduce="sum")`` at data-dependent
+  indices; its loops are never ``"parallel"``.
 * A ``For`` of kind ``"parallel"`` is the outermost data loop of a stage: every store in it
   to a non-local buffer indexes that buffer with the loop variable as its first index, so
   iterations write disjoint elements; ``"local"`` buffers allocated inside it are private to
