@@ -224,3 +224,33 @@ def test_build_is_cached_and_named():
     k2 = tc.build(Y, [X], name="times5")
     assert k1.name == "times5" and k2._entry is k1._entry
     assert k1(np.ones(3, np.float32)).tolist() == [5.0, 5.0, 5.0]
+
+
+def test_constant_tensors_are_hidden_inputs(rng):
+    n = tc.var("n")
+    X = tc.placeholder((n, 3), name="X")
+    data1 = rng.standard_normal((3, 2)).astype(np.float32)
+    data2 = rng.standard_normal((3, 2)).astype(np.float32)
+    outs = []
+    for data in (data1, data2):
+        M = tc.constant(data, name="M")
+        r = tc.reduce_axis(3, name="r")
+        Y = tc.compute((n, 2), lambda i, j, M=M, r=r: tc.sum(X[i, r] * M[r, j], axis=r),
+                       name="Y")
+        kernel = tc.build(Y, [X])
+        assert len(kernel.inputs) == 1
+        x = rng.standard_normal((4, 3)).astype(np.float32)
+        np.testing.assert_allclose(kernel(x), x @ data, rtol=1e-5, atol=1e-6)
+        outs.append(kernel)
+    assert outs[0]._entry is outs[1]._entry  # same program, different data
+
+
+def test_kernel_cost_is_tc_cost():
+    n = tc.var("n")
+    A = tc.placeholder((n, 6), name="A")
+    k = tc.reduce_axis(6, name="k")
+    S = tc.compute((n,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="S")
+    kernel = tc.build(S, [A])
+    want = tc.cost([S], [A])
+    assert kernel.cost.flops == want.flops and kernel.cost.iterations == want.iterations
+    assert kernel.cost.flops.subs({next(iter(kernel.cost.flops.free_symbols)): 10}) == 120

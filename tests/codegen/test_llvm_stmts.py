@@ -226,3 +226,16 @@ def test_emit_errors_name_the_stage():
     for body, msg in cases:
         with pytest.raises(CompileError, match=msg):
             build_kernel(LoweredFunc("bad", (x,), (y,), (n,), body))
+
+
+def test_verify_and_jit_stages_are_named():
+    from tecomp.codegen.llvm import compile_ir
+
+    with pytest.raises(CompileError, match=r"verify: LLVM rejected the IR of 'f'"):
+        compile_ir("define i32 @f() { ret i64 0 }", "f")
+    src = ("declare double @tecomp_no_such_symbol(double)\n"
+           "define double @g(double %x) {\n"
+           "  %y = call double @tecomp_no_such_symbol(double %x)\n"
+           "  ret double %y\n}\n")
+    with pytest.raises(CompileError, match=r"jit: could not load 'g'"):
+        compile_ir(src, "g")
