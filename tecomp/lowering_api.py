@@ -92,15 +92,17 @@ def _default_inputs(outs: list[Tensor]) -> list[Any]:
 
 
 def cost(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any] | None = None,
-         sizes: Mapping[Any, int] | None = None) -> Cost:
+         sizes: Mapping[Any, int] | None = None, *, optimize: bool = True) -> Cost:
     """Static cost (flops, iterations, bytes) of the lowered program for ``outputs``.
 
     ``inputs=None`` takes every placeholder the outputs depend on (topological order) and
     every size variable no input shape determines.  Without ``sizes`` the counts are SymPy
     expressions in the size variables (see :mod:`tecomp.cost` for when that is possible).
+    ``optimize=False`` counts the program as written, without zero elimination (for
+    comparing a naive gradient with its optimised form).
     """
     from .passes.lower import lower as lower_pass
 
-    outs = _prepare(outputs)
+    outs = _prepare(outputs) if optimize else _outputs(outputs)
     ins = _default_inputs(outs) if inputs is None else inputs
     return count_cost(lower_pass(outs, ins), sizes)

@@ -85,7 +85,8 @@ class AffineBridge:
         if isinstance(e, (E.FloorDiv, E.Mod)) and isinstance(e.b, E.Const) and e.b.value > 0:
             inner = self._go(e.a)
             c = int(e.b.value)
-            if self.depends_on_unknowns(inner):
+            pure = not any(v in self.impure for v in inner.variables)
+            if pure and self.depends_on_unknowns(inner):
                 q, r = self._divmod(inner, c)
                 return Affine.var(q if isinstance(e, E.FloorDiv) else r)
         return self.atom(e)
