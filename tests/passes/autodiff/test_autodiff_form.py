@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tecomp as tc
 from tecomp import expr as E
@@ -182,3 +183,24 @@ def test_prefix_heads_keep_prefix_axes_free():
     assert dA.shape == (E.Const(3, "int64"), E.Const(4, "int64"))
     a, h = np.arange(4.0), np.arange(12.0).reshape(3, 4)
     np.testing.assert_allclose(tc.evaluate(dA, {A: a, H: h})[0], h * 2 * a)
+
+
+def _table():
+    import test_autodiff_rules as table
+
+    return table.CASES
+
+
+@pytest.mark.parametrize("name", sorted(_table()))
+def test_table_gradients_keep_the_form_zero_elimination_consumes(name, rng):
+    """Across the per-op table: deltas, never casts of booleans; in every adjoint stage only
+    sum reductions, each carrying a delta (forward reductions are read from stages)."""
+    c = _table()[name](rng)
+    grads = grad(c["out"], c["inputs"])
+    for t, ns in all_stage_nodes(grads):
+        assert not any(isinstance(x, E.Cast) and x.value.dtype == "bool" for x in ns), t.name
+        if not t.name.endswith("_grad") or name == "nested_max_triangular":
+            continue  # the triangular case computes its max in place (documented fallback)
+        for r in (x for x in ns if isinstance(x, E.Reduce)):
+            assert r.combiner == "sum", (t.name, str(r))
+            assert any(isinstance(x, E.Delta) for x in walk(r.body)), (t.name, str(r))
