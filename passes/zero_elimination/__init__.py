@@ -174,6 +174,15 @@ def _gather_term(term: Term, out_names: set[str], taken: set[str], dtype: str) -
     if dom.axes:
         from tecomp.functor import make_reduce
 
+        guard = dom.guard
+        if not (isinstance(guard, E.Const) and guard.value):
+            # fold the guard into the outermost loop bound: where it fails the loop is
+            # empty, so a residue condition (j % s == 0) costs nothing for the other j
+            first = dom.axes[0]
+            dom.axes[0] = E.IterVar(first.var, first.lo,
+                                    E.select(guard, first.extent, E.Const(0, "int64")),
+                                    first.kind)
+            dom.guard = E.Const(True, "bool")
         value = make_reduce("sum", factor, tuple(dom.axes), dom.where, dtype)
     elif dom.where is not None:
         value = E.select(dom.where, factor, E.Zero(dtype))
