@@ -16,8 +16,10 @@ axes (copied as new reduce axes) and k, with the ``where`` kept::
 
     Reduce(sum, dY[i] * g, axes=[i..., k...], where=w)
 
-``if_then_else`` arms stay ``select(cond, ∂t, ∂f)`` inside the body; zero elimination lifts
-them.  Worked example, the shifted read of the review thread::
+``if_then_else`` arms stay selects inside the body, one term per arm
+(``select(cond, ∂t, 0)`` and ``select(cond, 0, ∂f)``); zero elimination lifts them (see
+:mod:`.flatten` for the exact splitting rules).  Worked example, the shifted read of the review
+thread::
 
     A = placeholder((12,));   B[i, j] = A[i + j]          (shape (10, 3))
     dA[j0] = sum(dB[i, j] * delta(j0, i + j), axis=[i:10, j:3])
