@@ -50,6 +50,10 @@ def net_mlp2(x, rng, vals):
     return mlp(x, [5, 4], rng, vals)
 
 
+def net_mlp3(x, rng, vals):
+    return mlp(x, [4, 5, 3], rng, vals)
+
+
 def net_mlp3_sigmoid(x, rng, vals):
     return mlp(x, [4, 5, 3], rng, vals, act=tc.sigmoid)
 
@@ -85,8 +89,8 @@ def net_ops(x, rng, vals):
         name="ops")
 
 
-NETS = {"mlp2": net_mlp2, "mlp3_sigmoid": net_mlp3_sigmoid, "residual": net_residual,
-        "product": net_product, "ops": net_ops}
+NETS = {"mlp2": net_mlp2, "mlp3": net_mlp3, "mlp3_sigmoid": net_mlp3_sigmoid,
+        "residual": net_residual, "product": net_product, "ops": net_ops}
 
 
 def operator_fd(f, xv: np.ndarray, A: np.ndarray, h: float = 2e-3) -> np.ndarray:

@@ -27,7 +27,7 @@ def test_dof_flops_against_hessian_method(n, r, bound, rng):
     assert dof.iterations < hess.iterations
 
 
-def test_gradient_of_laplacian_loss_wrt_weights(rng):
+def _laplacian_loss(rng):
     x, u, vals = _mlp(2, [4, 3], 5, rng)
     vals[x] = rng.uniform(-1, 1, (5, 2))
     f = ph((5,), "f")
@@ -37,6 +37,11 @@ def test_gradient_of_laplacian_loss_wrt_weights(rng):
     loss = tc.compute((), lambda: tc.sum((lap[b] - f[b]) * (lap[b] - f[b]), axis=b),
                       name="loss")
     weights = [t for t in vals if t is not x and t is not f]
+    return x, f, lap, loss, weights, vals
+
+
+def test_gradient_of_laplacian_loss_wrt_weights(rng):
+    x, f, lap, loss, weights, vals = _laplacian_loss(rng)
     grads = tc.gradient(loss, weights)
     gv = tc.evaluate(grads, vals)
     dirs = [rng.standard_normal(np.shape(vals[w])) for w in weights]
@@ -50,3 +55,12 @@ def test_gradient_of_laplacian_loss_wrt_weights(rng):
     h = 1e-5
     fd = (L(h) - L(-h)) / (2 * h)
     assert abs(dot - fd) <= 1e-6 * (abs(fd) + 1.0), (dot, fd)
+
+
+def test_built_kernel_matches_evaluator(rng):
+    x, f, lap, loss, weights, vals = _laplacian_loss(rng)
+    outs = [lap, loss, *tc.gradient(loss, weights)]
+    kernel = tc.build(outs, [x, f, *weights])
+    got = kernel(vals[x], vals[f], *[vals[w] for w in weights])
+    for g, ref in zip(got, tc.evaluate(outs, vals)):
+        np.testing.assert_allclose(g, ref, rtol=1e-10, atol=1e-12)
