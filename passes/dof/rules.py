@@ -8,7 +8,8 @@ For every value ``v`` DOF keeps ``g = L grad v`` (an ``r``-vector: one direction
 
 One entry per node class.  Linear nodes (add, sub, neg, cast, select arms, sum reductions)
 pass ``g`` and ``s`` through; a product adds ``2 Q(g_a, g_b)``; a unary function ``f`` adds
-``f''(u) Q(g_u, g_u)``; max/min take both at the first extremal index.  ``Q`` is computed by
+``f''(u) Q(g_u, g_u)``; max/min take both at the first extremal index; prod is in
+:mod:`.product`.  ``Q`` is computed by
 the context (:class:`tecomp.passes.dof.propagate.DofContext`), which also stores an operand's
 ``g`` in a stage when it is an expensive expression used twice (in ``g_v`` and in ``Q``).
 
@@ -27,6 +28,7 @@ from tecomp.functor import make_reduce
 from ..forward.context import select
 from ..forward.reductions import at_first
 from ..forward.rules import UNARY_D1, pow_partials, sign
+from .product import product_pair
 
 if TYPE_CHECKING:
     from .propagate import DofContext
@@ -185,6 +187,8 @@ def _reduce(e: E.Reduce, c: DofContext, b: frozenset) -> Pair:
                 make_reduce("sum", sb, e.axes, e.where, e.dtype))
     if e.combiner in ("max", "min"):                            # at the first extremum
         return at_first(e, c, b, gb), at_first(e, c, b, sb)
+    if e.combiner == "prod":                                    # zero-safe, see .product
+        return product_pair(e, c, b, gb, sb)
     raise DifferentiationError(
         f"diff_operator: no second-order rule for the reduction {e.combiner} in {e}; "
         "use method='hessian'")

@@ -117,3 +117,22 @@ def test_linear_output_and_zero_matrix(rng):
     np.testing.assert_array_equal(z, np.zeros(B))
     (c,) = tc.evaluate([tc.diff_operator(Q, x, np.ones((3, 3)))], {x: np.ones((B, 3))})
     np.testing.assert_allclose(c, np.full(B, 2.0), rtol=1e-12)
+
+
+def test_product_reduction_with_zero_factors(rng):
+    """Samples with 0, 1, 2 and 3 zero factors; the second differences are exact there
+    (the product is a polynomial in each factor)."""
+    b_, n, k = 5, 3, 6
+    x, c, q = ph((b_, n), "x"), ph((k,), "c"), ph((k,), "q")
+    m = tc.reduce_axis(k, "m")
+    Y = tc.compute((b_,), lambda b: tc.prod((x[b, 0] - c[m]) * (
+        1.0 + q[m] * x[b, 1] + x[b, 2] * x[b, 2]), axis=m), name="Y")
+    xv = rng.standard_normal((b_, n))
+    xv[:, 0] = [0.1, 0.3, -0.4, 0.7, 0.5]          # zero factors: 0, 1, 2, 3, 0
+    vals = {x: xv, c: np.array([0.3, -0.4, -0.4, 0.7, 0.7, 0.7]), q: rng.standard_normal(k)}
+    M = rng.standard_normal((n, n))
+    A = M + M.T
+    got = tc.evaluate([tc.diff_operator(Y, x, A)], vals)[0]
+    ref = operator_fd(evaluate_fn(Y, x, vals), xv, A)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6 * (np.abs(ref).max() + 1.0))
+    assert np.all(np.abs(got[:3]) > 1e-3) and got[3] == 0.0
