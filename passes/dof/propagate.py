@@ -15,13 +15,21 @@ Cost.  Per edge of the graph ``g`` costs ``r`` multiply-adds and ``s`` one; the 
 tangents of the forward *and* of the reverse graph) that is about half for a dense ``A``
 (``r = N``) and ``r/N`` of it for a low-rank one.
 
-MLP layers (seed eqs. 20-23).  For a stage ``T = f(sum_n W[j, n] u[b, n] + c[j])`` with ``f``
-tanh or sigmoid, the second-order term ``f''(z) Q(g_z, g_z)`` is computed as
-``f''/f'^2 (z) * Q(g_T, g_T)`` from the stage ``g_T`` itself, so ``g_z`` (an r x width_in
-contraction per unit) is computed once, not twice.  Where ``f'(z)`` underflows to 0 the term
-is taken as 0 (its true value, ``f''(z) Q(g_z, g_z)``, is then below the float resolution of
-``f'``; for tanh and sigmoid ``|f''| <= 2 |f'|``).  For other nonlinear nodes an expensive
-operand tangent is stored as its own stage before it is used twice.
+MLP layers (seed eqs. 20-23).  Node by node, a layer ``T = f(z)``, ``z = sum_n W[j, n] u[b, n]
++ c[j]``, is linear in ``z`` (no Gram term) and unary in ``f``: its second-order term is
+``f''(z) Q(g_z, g_z)``, r flops per unit instead of the r |R| of a layer-level Hessian -- the
+saving of eq. 23.  What remains is not to compute ``g_z`` (an r x width_in contraction per
+unit) twice, once for ``g_T = f'(z) g_z`` and once for ``Q``:
+
+* for ``f`` tanh or sigmoid the term is computed as eq. 23 writes it,
+  ``f''/f'^2 (z) * Q(g_T, g_T)``, from the stage ``g_T`` itself.  Where ``f'(z)`` underflows
+  to 0 the term is taken as 0 (its true value is then below the float resolution of ``f'``:
+  for tanh and sigmoid ``|f''| <= 2 |f'|``);
+* in a first layer ``g_z = sum_n W[j, n] L[k, n]`` does not depend on the sample: it is one
+  ``(width, r)`` stage and ``Q(g_z, g_z)`` one ``(width,)`` stage, so the per-sample term costs
+  O(1) per unit;
+* any other nonlinear node stores an expensive operand tangent as a stage before using it
+  twice.
 """
 
 from __future__ import annotations
