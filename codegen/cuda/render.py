@@ -250,18 +250,23 @@ QUAL void tc_atomic_sum(int* p, int v) { atomicAdd(p, v); }
 QUAL void tc_atomic_sum(long long* p, long long v) {
     atomicAdd((unsigned long long*)p, (unsigned long long)v);
 }
+QUAL unsigned int tc_bits(float x) { return __float_as_uint(x); }
+QUAL unsigned long long tc_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
+QUAL unsigned int tc_bits(int x) { return (unsigned int)x; }
+QUAL unsigned long long tc_bits(long long x) { return (unsigned long long)x; }
+QUAL float tc_unbits(unsigned int u, float) { return __uint_as_float(u); }
+QUAL double tc_unbits(unsigned long long u, double) { return __longlong_as_double((long long)u); }
+QUAL int tc_unbits(unsigned int u, int) { return (int)u; }
+QUAL long long tc_unbits(unsigned long long u, long long) { return (long long)u; }
 #define TC_CAS_OP(NAME, T, U, EXPR)                                                   \
     QUAL void NAME(T* p, T v) {                                                       \
         U* q = (U*)p;                                                                 \
         U old = *q, assumed;                                                          \
         do {                                                                          \
             assumed = old;                                                            \
-            T cur;                                                                    \
-            __builtin_memcpy(&cur, &assumed, sizeof(T));                              \
+            T cur = tc_unbits(assumed, (T)0);                                         \
             T nv = EXPR;                                                              \
-            U nu;                                                                     \
-            __builtin_memcpy(&nu, &nv, sizeof(T));                                    \
-            old = atomicCAS(q, assumed, nu);                                          \
+            old = atomicCAS(q, assumed, tc_bits(nv));                                 \
         } while (old != assumed);                                                     \
     }
 TC_CAS_OP(tc_atomic_prod, float, unsigned int, cur * v)

@@ -53,6 +53,21 @@ inline double __longlong_as_double(long long i) {
     memcpy(&d, &i, sizeof d);
     return d;
 }
+inline long long __double_as_longlong(double d) {
+    long long i;
+    memcpy(&i, &d, sizeof i);
+    return i;
+}
+inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
 
 // ---------------------------------------------------------------------------- half types
 struct __half {
