@@ -10,6 +10,12 @@ Cost: every stage of the forward and the reverse graph gets a tangent stage ``|x
 size, so about ``|x|`` times the cost of the gradient, plus the Hessian's own ``|x|^2`` size.
 The basis seed is the identity ``I[i, d]``, a compute stage of one comparison; stages whose
 tangent does not depend on a sample are stored once (see :mod:`.context`).
+
+Limit: forward mode treats the condition of a ``select`` as locally constant, which is right
+for piecewise functions but not for a select that only guards a removable singularity.
+Reverse mode's zero-safe product rule is such a form, so at a point where a product has a zero
+factor the Hessian of that product comes out wrong (``d2 prod / dx_z dx_l`` is lost).  The
+DOF rule for products (:mod:`tecomp.passes.dof.product`) is exact there.
 """
 
 from __future__ import annotations
