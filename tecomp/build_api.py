@@ -29,8 +29,6 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     if not isinstance(target, str) or target not in TARGETS:
         raise TecompError(
             f"unknown target {target!r}; valid targets are {', '.join(map(repr, TARGETS))}")
-    if target == "cuda":
-        raise TecompError("the CUDA target is not available yet")
     if isinstance(inputs, Tensor):
         inputs = [inputs]
     inputs = list(inputs)
@@ -41,5 +39,10 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     from .lowering_api import lower
 
     lowered = lower(outs, inputs, name=name)
+    if target == "cuda":  # CUDA C; compiled with NVRTC/nvcc when available, run on a GPU
+        from .codegen.cuda.kernel import build_cuda
+
+        return build_cuda(lowered.func, inputs=inputs, outputs=outs,
+                          hidden=lowered.constants, single=single)
     return build_kernel(lowered.func, inputs=inputs, outputs=outs, hidden=lowered.constants,
                         single=single)
