@@ -3,7 +3,8 @@
 Runs a 512^3 float32 matmul and a 1x16x32x32 conv2d (32x16x3x3 weights, padding 1), each
 built with ``tc.build``, and prints the median time of several runs next to NumPy's (``@`` for
 the matmul; an im2col ``tensordot`` for the convolution) and the ratio tecomp / NumPy (below 1
-means tecomp is faster).  Both use every core the process may run on.
+means tecomp is faster).  Both use every core the process may run on; tecomp's time on one
+thread is shown too.  On a machine shared with other work the threaded figures vary a lot.
 
     python benchmarks/quick_llvm.py [--repeat 31]
 """
@@ -11,6 +12,7 @@ means tecomp is faster).  Both use every core the process may run on.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -19,18 +21,15 @@ import numpy as np
 import tecomp as tc
 
 
-def median_times(fns, repeat: int) -> list[float]:
-    """Median wall time of each function; runs are interleaved so that load from other
-    processes on the machine affects every function alike."""
-    for fn in fns:
-        fn()  # warm up
-    times: list[list[float]] = [[] for _ in fns]
+def median_time(fn, repeat: int) -> float:
+    """Median wall time of ``fn`` over ``repeat`` runs after one warm-up run."""
+    fn()
+    times = []
     for _ in range(repeat):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def matmul_case(rng: np.random.Generator):
@@ -65,13 +64,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=31)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'case':26s} {'tecomp ms':>10s} {'numpy ms':>10s} {'ratio':>7s} {'GFLOP/s':>8s}")
+    print(f"cores: {os.cpu_count()}, tecomp threads: up to {len(os.sched_getaffinity(0))}")
+    print(f"{'case':26s} {'tecomp ms':>10s} {'1 thread':>10s} {'numpy ms':>10s} {'ratio':>7s} "
+          f"{'GFLOP/s':>8s}")
     for make in (matmul_case, conv_case):
         label, kernel, arrays, ref, flops = make(rng)
         np.testing.assert_allclose(kernel(*arrays), ref(), rtol=1e-3, atol=1e-3)
-        t_tc, t_np = median_times([lambda k=kernel, a=arrays: k(*a), ref], args.repeat)
-        print(f"{label:26s} {t_tc * 1e3:10.3f} {t_np * 1e3:10.3f} {t_tc / t_np:7.2f} "
-              f"{flops / t_tc / 1e9:8.1f}")
+        # OpenBLAS's threads keep spinning for a while after a call and would take the cores
+        # tecomp's threads need: let them go to sleep before timing tecomp
+        time.sleep(0.5)
+        t_tc = median_time(lambda k=kernel, a=arrays: k(*a), args.repeat)
+        threads = kernel.threads
+        kernel.threads = 1
+        t_one = median_time(lambda k=kernel, a=arrays: k(*a), args.repeat)
+        kernel.threads = threads
+        t_np = median_time(ref, args.repeat)
+        print(f"{label:26s} {t_tc * 1e3:10.3f} {t_one * 1e3:10.3f} {t_np * 1e3:10.3f} "
+              f"{t_tc / t_np:7.2f} {flops / t_tc / 1e9:8.1f}")
 
 
 if __name__ == "__main__":
