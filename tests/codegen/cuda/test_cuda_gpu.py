@@ -1,0 +1,106 @@
+"""The CUDA backend on a real GPU (skipped without one): every program of the CPU-emulation
+tests against the same references, and device arrays of PyTorch / CuPy used in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tecomp.codegen.cuda.runtime import DeviceArray, cuda_device, device_status
+from tecomp.errors import ArgumentError
+
+pytestmark = pytest.mark.skipif(not device_status().startswith("ok"),
+                                reason="no CUDA device")
+
+
+def test_expressions_on_gpu():
+    import test_cuda_exprs as t
+
+    got = t.KERNEL(*[t.DATA[k] for k in t.PH])
+    want = t.tc.evaluate(t.OUTS, {t.PH[k]: t.DATA[k] for k in t.PH})
+    results = dict(zip(t.CASES, zip(got, want)))
+    for name in t.CASES:
+        t.test_expression(results, name)
+
+
+def test_schedule_programs_on_gpu():
+    import test_cuda_schedule as t
+
+    for name, (_, make, ref) in t.PROGRAMS.items():
+        args = make(np.random.default_rng(t.SEED))
+        got = t.KERNELS[name](*args)
+        got = got if isinstance(got, tuple) else (got,)
+        want = ref(*args)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w, tol in zip(got, want, t.TOL.get(name, [1e-5] * len(want))):
+            np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, np.float64),
+                                       rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 1000, 70000])
+def test_matmul_sizes_on_gpu(rows):
+    import test_cuda_schedule as t
+
+    r = np.random.default_rng(rows)
+    a, b = r.standard_normal((rows, 16), np.float32), r.standard_normal((16, 8), np.float32)
+    np.testing.assert_allclose(t.KERNELS["matmul"](a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_suite_on_gpu():
+    import test_cuda_programs as t
+
+    for name, case in t.CASES.items():
+        args = case.args(np.random.default_rng(7))
+        got = t.KERNELS[name](*args)
+        assert t.BENCH.check(case, t.KERNELS[name], args, got) <= 1.0, name
+
+
+def test_device_array_round_trip():
+    import test_cuda_runtime as t
+
+    dev = cuda_device()
+    x, y = t._args(rows=5000)
+    dx, dy = DeviceArray(dev, x.shape, x.dtype), DeviceArray(dev, y.shape, y.dtype)
+    dev.copy_in(dx.ptr, x)
+    dev.copy_in(dy.ptr, y)
+    z, q = t.KERNEL(dx, dy)
+    assert isinstance(z, DeviceArray)
+    wz, wq = t._want(x, y)
+    np.testing.assert_allclose(z.get(), wz, rtol=1e-6)
+    np.testing.assert_array_equal(q.get(), wq)
+
+
+def test_torch_tensors_zero_copy():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    import test_cuda_runtime as t
+
+    x, y = t._args(rows=777)
+    tx, ty = torch.as_tensor(x, device="cuda"), torch.as_tensor(y, device="cuda")
+    z, q = t.KERNEL(tx, ty)
+    assert isinstance(z, torch.Tensor) and z.device == tx.device and q.dtype == torch.int32
+    wz, wq = t._want(x, y)
+    np.testing.assert_allclose(z.cpu().numpy(), wz, rtol=1e-6)
+    np.testing.assert_array_equal(q.cpu().numpy(), wq)
+    oz, oq = torch.empty_like(z), torch.empty_like(q)
+    res = t.KERNEL(tx, ty, out=(oz, oq))
+    assert res[0] is oz
+    np.testing.assert_allclose(oz.cpu().numpy(), wz, rtol=1e-6)
+    with pytest.raises(ArgumentError, match="C-contiguous"):
+        t.KERNEL(tx.t().contiguous().t(), ty)
+    with pytest.raises(ArgumentError, match="dtype float32, got float64"):
+        t.KERNEL(tx.double(), ty)
+
+
+def test_cupy_arrays_zero_copy():
+    cupy = pytest.importorskip("cupy")
+    import test_cuda_runtime as t
+
+    x, y = t._args(rows=333)
+    cx, cy = cupy.asarray(x), cupy.asarray(y)
+    z, q = t.KERNEL(cx, cy)
+    assert isinstance(z, cupy.ndarray)
+    wz, wq = t._want(x, y)
+    np.testing.assert_allclose(cupy.asnumpy(z), wz, rtol=1e-6)
+    np.testing.assert_array_equal(cupy.asnumpy(q), wq)
