@@ -1,10 +1,10 @@
 """An in-memory, thread-safe, bounded (LRU) cache of compiled kernels.
 
-Keys are strings that identify a program completely: :func:`program_key` hashes the structural
-text of the lowered program (every node's ``repr`` lists all its fields, deterministically)
-together with the target and the machine the code is generated for.  Compiling is the
-expensive step (tens to hundreds of milliseconds), so a second ``tc.build`` of the same program
-reuses the compiled code.
+Keys are strings that identify a program completely: :func:`program_key` hashes a structural
+text of the lowered program (every node with all its fields, each shared node once; see
+:func:`structural_lines`) together with the target and the machine the code is generated
+for.  Compiling is the expensive step (tens to hundreds of milliseconds), so a second
+``tc.build`` of the same program reuses the compiled code.
 
 When several threads ask for the same missing key at once, one compiles and the others wait
 for its result instead of compiling it again.  A failed compile is not cached.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from ..loopir import LoweredFunc
@@ -25,10 +26,42 @@ V = TypeVar("V")
 def program_key(func: LoweredFunc, target: str, machine: str = "") -> str:
     """A digest of ``func``'s structure, the target name and the machine description."""
     h = hashlib.sha256()
-    for part in (target, machine, repr(func)):
+    for part in (target, machine):
         h.update(part.encode())
         h.update(b"\0")
+    for line in structural_lines(func):
+        h.update(line.encode())
+        h.update(b"\n")
     return h.hexdigest()
+
+
+def structural_lines(root: Any) -> list[str]:
+    """A text of ``root`` listing every distinct node once, children by number.
+
+    Nodes are frozen dataclasses (expressions, statements, buffers); ``repr`` would print a
+    shared subexpression once per use, which is exponential on deep DAGs such as gradients.
+    Here each node object gets a number on first visit (``#k``) and later uses refer to it;
+    numbering follows a deterministic depth-first order, so equal programs give equal texts.
+    """
+    lines: list[str] = []
+    number: dict[int, int] = {}
+    keep: list[Any] = []  # keep visited objects alive so ids stay unique
+
+    def ref(x: Any) -> str:
+        if is_dataclass(x) and not isinstance(x, type):
+            k = number.get(id(x))
+            if k is None:
+                parts = [f"{f.name}={ref(getattr(x, f.name))}" for f in fields(x)]
+                k = number[id(x)] = len(lines)
+                keep.append(x)
+                lines.append(f"{type(x).__name__}({', '.join(parts)})")
+            return f"#{k}"
+        if isinstance(x, tuple):
+            return "(" + ", ".join(ref(y) for y in x) + ")"
+        return repr(x)  # str, int, float (repr keeps -0.0, nan, inf apart), bool, None
+
+    ref(root)
+    return lines
 
 
 class _Pending:

@@ -35,7 +35,17 @@ from llvmlite import ir
 
 from ... import expr as E
 from ...errors import CompileError
-from ...loopir import Allocate, Buffer, For, IfThenElse, LetStmt, LoweredFunc, Seq, Store
+from ...loopir import (
+    Allocate,
+    Buffer,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoweredFunc,
+    Seq,
+    Stmt,
+    Store,
+)
 from . import types as T
 from .emit_expr import ExprEmitter
 
@@ -83,6 +93,11 @@ class StmtEmitter(ExprEmitter):
         self.loop_depth = 0
         self.threads: ir.Value | None = None  # set where parallel loops may be outlined
         self.outlined = 0
+
+    def visit(self, e: Any) -> Any:
+        if isinstance(e, Stmt):
+            self.forget()
+        return super().visit(e)
 
     def finish(self) -> ir.Function:
         self.b.ret(ir.Constant(T.I32, 0))

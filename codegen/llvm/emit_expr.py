@@ -77,16 +77,30 @@ class ExprEmitter:
         self.env: dict[E.Var, ir.Value] = {}
         self.buffers: dict[Buffer, ir.Value] = {}
         self._loads: dict[int, bool] = {}
+        self._memo: dict[tuple[int, int], tuple[Any, ir.Value]] = {}
 
     # ----------------------------------------------------------------------- entry points
     def visit(self, e: Any) -> ir.Value:
+        memo = isinstance(e, E.Expr) and not isinstance(e, (E.Const, E.Var, E.Zero))
+        if memo:  # a subexpression shared within one statement is computed once per block
+            key = (id(e), id(self.b.block))
+            hit = self._memo.get(key)
+            if hit is not None and hit[0] is e:
+                return hit[1]
         method = getattr(self, "visit_" + type(e).__name__, None)
         if method is None:
             raise CompileError(f"emit: the LLVM backend has no rule for {type(e).__name__}: {e}")
         v = method(e)
         if isinstance(e, (E.BinaryOp, E.Call)) and e.dtype == "float16":
             v = T.round_half(self.b, v)  # every float16 operation rounds, as in NumPy
+        if memo:
+            self._memo[(id(e), id(self.b.block))] = (e, v)
         return v
+
+    def forget(self) -> None:
+        """Drop remembered values: called between statements (stores change memory, and
+        bindings change what variables mean)."""
+        self._memo.clear()
 
     def emit(self, e: E.Expr, dtype: str) -> ir.Value:
         """``e`` converted to ``dtype``."""

@@ -378,3 +378,24 @@ def test_random_programs_match_evaluator():
               rtol=1e-12, atol=1e-12)
 
     run()
+
+
+def test_shared_subexpressions_are_emitted_once():
+    # a DAG of 40 levels, each using the previous node three times: ~3**40 nodes as a tree
+    # (the reference evaluator walks trees, so NumPy is the reference here)
+    a = np.linspace(-0.5, 0.5, 9)
+    n = tc.var("n")
+    xp = tc.placeholder((n,), name="x", dtype="float64")
+
+    def deep(i):
+        x = xp[i]
+        for _ in range(40):
+            x = tc.minimum(x * x, 0.25) + tc.maximum(x * x, -1.0) * 0.0 + x * 0.5
+        return x
+
+    y = tc.compute((n,), deep, name="y")
+    got = build_kernel(lower_elementwise(y, [xp]))(a)
+    want = a.copy()
+    for _ in range(40):
+        want = np.minimum(want * want, 0.25) + np.maximum(want * want, -1.0) * 0.0 + want * 0.5
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
