@@ -78,13 +78,23 @@ class _Evaluator:
     def __init__(self, values: dict[int, np.ndarray], names: dict[int, str]) -> None:
         self.values = values
         self.names = names
+        # shared sub-expressions are evaluated once per (scope, mask): gradients are DAGs
+        # whose tree expansion is exponential.  The key objects are kept alive in the value
+        # so that their ids cannot be reused while the entry exists.
+        self.memo: dict[tuple[int, int, int], tuple[Any, ...]] = {}
 
     # every method returns an array broadcastable to the scope's grid (ndim <= depth)
     def ev(self, e: E.Expr, sc: _Scope, mask: Any) -> Any:
+        key = (id(e), id(sc), id(mask))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit[0]
         m = getattr(self, "ev_" + type(e).__name__, None)
         if m is None:
             raise EvaluationError(f"the evaluator has no rule for {type(e).__name__}: {e}")
-        return m(e, sc, mask)
+        out = m(e, sc, mask)
+        self.memo[key] = (out, e, sc, mask)
+        return out
 
     def ev_Const(self, e: E.Const, sc: _Scope, mask: Any) -> Any:
         return _np(e.dtype).type(e.value)
@@ -381,6 +391,7 @@ def _eval_compute(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
     nd = len(shape)
     if nd == 0:
         v = ev.ev(t.op.body, _Scope(dict(sizes), 0), None)
+        ev.memo.clear()
         out[()] = v
         return out
     per_row = int(np.prod(shape[1:])) * builtins_max(_reduce_volume(t.op.body), 1)
@@ -392,6 +403,7 @@ def _eval_compute(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
             rng = np.arange(start, stop) if d == 0 else np.arange(shape[d])
             env[ax.var] = rng.astype(np.int64).reshape((1,) * d + (-1,) + (1,) * (nd - d - 1))
         v = ev.ev(t.op.body, _Scope(env, nd), None)
+        ev.memo.clear()
         out[start:stop] = np.broadcast_to(v, (stop - start,) + shape[1:])
     return out
 
@@ -442,4 +454,5 @@ def _eval_scatter(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
                 f"[0, {shape[axis]})")
         idx.append(v)
     np.add.at(out, tuple(idx), val.astype(out.dtype))
+    ev.memo.clear()
     return out

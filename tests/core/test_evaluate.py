@@ -130,3 +130,14 @@ def test_math_functions(rng):
         np.testing.assert_allclose(tc.evaluate(T, {A: a})[0], ref(a), rtol=1e-12, err_msg=name)
     T = tc.compute((7,), lambda i: tc.pow(A[i], 1.5), name="pow")
     np.testing.assert_allclose(tc.evaluate(T, {A: a})[0], a ** 1.5)
+
+
+def test_shared_subexpressions_are_evaluated_once():
+    # a DAG of depth 60 whose tree expansion has 2**60 nodes
+    A = tc.placeholder((3,), name="A", dtype="float64")
+    e = A[0]
+    for _ in range(60):
+        e = e * 0.5 + e * 0.5
+    T = tc.compute((3,), lambda i: e + A[i], name="T")
+    a = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(tc.evaluate(T, {A: a})[0], a + 1.0)
