@@ -15,6 +15,7 @@ See ``DESIGN.md`` of the project for the full public contract.
 from . import ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
+from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
 from .dsl import (
     abs,
     all,
@@ -77,4 +78,5 @@ __all__ = [
     "show", "Tensor", "build", "gradient", "jacobian",
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
+    "Explanation", "PerformanceWarning", "explain", "pass_log",
 ]

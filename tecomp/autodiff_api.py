@@ -53,9 +53,10 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     else:
         _check_head(head, output)
     _check_overrides(overrides)
+    from .diagnostics import run_pass
     from .passes.autodiff import differentiate
 
-    grads = differentiate(output, ins, head, overrides=overrides)
+    grads = run_pass("autodiff", differentiate, output, ins, head, overrides=overrides)
     return _optimized(grads) if optimize else grads
 
 

@@ -39,10 +39,12 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     from .lowering_api import lower
 
     lowered = lower(outs, inputs, name=name)
+    from .diagnostics import run_pass
+
     if target == "cuda":  # CUDA C; compiled with NVRTC/nvcc when available, run on a GPU
         from .codegen.cuda.kernel import build_cuda
 
-        return build_cuda(lowered.func, inputs=inputs, outputs=outs,
-                          hidden=lowered.constants, single=single)
-    return build_kernel(lowered.func, inputs=inputs, outputs=outs, hidden=lowered.constants,
-                        single=single)
+        return run_pass("codegen.cuda", build_cuda, lowered.func, inputs=inputs, outputs=outs,
+                        hidden=lowered.constants, single=single)
+    return run_pass("codegen.llvm", build_kernel, lowered.func, inputs=inputs, outputs=outs,
+                    hidden=lowered.constants, single=single)

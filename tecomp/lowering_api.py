@@ -65,9 +65,11 @@ def _prepare(outputs: Tensor | Sequence[Tensor]) -> list[Tensor]:
 def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
           name: str | None = None) -> Lowered:
     """Lower ``outputs`` computed from ``inputs`` (placeholders and scalar ``tc.var`` s)."""
+    from .diagnostics import run_pass
     from .passes.lower import lower_program
 
-    return Lowered(*lower_program(_prepare(outputs), inputs, name=name))
+    prepared = _prepare(outputs)
+    return Lowered(*run_pass("lower", lower_program, prepared, inputs, name=name))
 
 
 def _default_inputs(outs: list[Tensor]) -> list[Any]:
