@@ -13,10 +13,13 @@ from tecomp.tensor import Tensor
 
 
 def optimize(outputs: Sequence[Tensor]) -> list[Tensor]:
-    """Zero elimination on every stage of ``outputs`` (values unchanged, cost lowered)."""
+    """Zero elimination, then simplification (:mod:`tecomp.passes.simplify`), on every stage."""
+    from tecomp.diagnostics import run_pass
+    from tecomp.passes.simplify import simplify
     from tecomp.passes.zero_elimination import eliminate_zeros
 
-    return eliminate_zeros(list(outputs))
+    outs = run_pass("zero_elimination", eliminate_zeros, list(outputs), log_tensors=True)
+    return run_pass("simplify", simplify, outs, log_tensors=True)
 
 
 def optimize_gradient(outputs: Sequence[Tensor]) -> list[Tensor]:

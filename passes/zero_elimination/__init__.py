@@ -83,16 +83,23 @@ def _rewrite_stage(t: Tensor, body: E.Expr) -> Tensor:
     for x in walk(body):
         if isinstance(x, E.Reduce):
             taken |= {a.var.name for a in x.axes}
-    gathered: E.Expr = E.Zero(t.dtype)
+    context = _box(t)
+    parts: dict[E.Expr, int] = {}
     scatters: list[tuple] = []
     for term in terms:
+        # each term names its own summation variables from scratch ("t", "t_1", ...), so
+        # that identical terms (d(x·x) = dx·x + x·dx) compare equal and are merged
+        local = set(taken)
         try:
-            part = _gather_term(term, {v.name for v in out_vars}, taken, t.dtype)
+            part = _gather_term(term, {v.name for v in out_vars}, local, t.dtype, context)
         except NeedsScatter:
             part = None
-            scatters.append(_scatter_term(term, t, taken))
+            scatters.append(_scatter_term(term, t, set(taken)))
         if part is not None:
-            gathered = E.add(gathered, part)
+            parts[part] = parts.get(part, 0) + 1
+    gathered: E.Expr = E.Zero(t.dtype)
+    for part, count in parts.items():
+        gathered = E.add(gathered, part if count == 1 else E.mul(float(count), part))
     if isinstance(gathered, E.Zero):
         gathered = E.Const(0.0 if t.dtype.startswith(("float", "bfloat")) else 0, t.dtype)
     stage = Tensor(t.name if not scatters else t.name + "_gather", t.shape, t.dtype,
@@ -165,8 +172,25 @@ def _unit_solve(a: E.Expr, b: E.Expr, axes: list[E.IterVar]):
     return None
 
 
-def _gather_term(term: Term, out_names: set[str], taken: set[str], dtype: str) -> E.Expr | None:
-    dom = solve_domain(term, out_names, taken)
+def _box(t: Tensor) -> list[Affine]:
+    """``0 <= j < extent`` for each output axis whose extent is affine in the sizes, plus
+    ``n >= 0`` for each size."""
+    bridge = AffineBridge(set())
+    out: list[Affine] = []
+    sizes: set[str] = set()
+    for ax, ext in zip(t.op.axes, t.shape):
+        e = bridge.to_affine(ext)
+        if e is None or bridge.atoms:
+            continue
+        v = Affine.var(ax.var.name)
+        out += [v, e - v - 1]
+        sizes |= set(e.variables)
+    return out + [Affine.var(s) for s in sorted(sizes)]
+
+
+def _gather_term(term: Term, out_names: set[str], taken: set[str], dtype: str,
+                 context: list[Affine] | None = None) -> E.Expr | None:
+    dom = solve_domain(term, out_names, taken, context)
     if dom is None:
         return None
     factor = substitute(_signed(term, dtype), dom.mapping)

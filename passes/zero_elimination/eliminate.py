@@ -65,12 +65,26 @@ def _conjuncts(e: E.Expr) -> list[E.Expr]:
     return [e]
 
 
-def _ceil_div(x: E.Expr, a: int) -> E.Expr:
-    return x if a == 1 else E.floordiv(E.add(x, a - 1), a)
+def implied(c: Affine, context: list[Affine]) -> bool:
+    """Whether ``c >= 0`` holds wherever every ``context`` inequality holds (FM test of
+    ``context and c < 0`` for emptiness; a rational certificate, so never a wrong "yes")."""
+    cons: list[Affine] | None = list(context) + [-c - 1]
+    names = sorted({v for a in cons for v in a.variables})
+    cons = normalize_inequalities(cons)
+    for v in names:
+        if cons is None:
+            return True
+        cons, _exact = eliminate_inequalities(cons, v)
+    return cons is None
 
 
-def solve_domain(term: Term, out_names: set[str], taken: set[str]) -> Domain | None:
-    """Solve ``term``'s deltas and bound its domain; None when the term is identically 0."""
+def solve_domain(term: Term, out_names: set[str], taken: set[str],
+                 context: list[Affine] | None = None) -> Domain | None:
+    """Solve ``term``'s deltas and bound its domain; None when the term is identically 0.
+
+    ``context`` holds inequalities known to hold for the output variables (their box);
+    guard conditions they imply are dropped.
+    """
     unknown_vars = [ax.var for ax in term.axes]
     bridge = AffineBridge({v.name for v in unknown_vars})
     eqs: list[Affine] = []
@@ -168,6 +182,8 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str]) -> Domain | N
             return None
         cons = projected
     for c in cons:  # conditions on the output variables and sizes alone
+        if context is not None and implied(c, context):
+            continue
         guard.append(E.compare(E.GE, bridge.to_expr(c), 0))
 
     axes: list[E.IterVar] = []
@@ -177,7 +193,7 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str]) -> Domain | N
             raise ValueError(f"unbounded summation variable {name} in a delta term")
         lo = None
         for aff, a in lows:
-            x = _ceil_div(bridge.to_expr(aff, t_exprs), a)
+            x = bridge.to_expr(aff + (a - 1), t_exprs, a)  # ceil(aff / a)
             lo = x if lo is None else E.maximum(lo, x)
         hi = None
         for aff, b in ups:
