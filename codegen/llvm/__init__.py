@@ -7,7 +7,7 @@
 
 :func:`compile_function` is the entry point: it returns the compiled function of a
 :class:`~tecomp.loopir.LoweredFunc`, from the in-memory cache when the same program was
-compiled before.
+compiled before, else from the persistent cache on disk (:mod:`tecomp.codegen.disk_cache`).
 """
 
 from __future__ import annotations
@@ -19,23 +19,63 @@ import numpy as np
 from ...errors import CompileError, TecompError
 from ...loopir import LoweredFunc
 from ..cache import KERNELS, CompileCache, program_key
+from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
 from .emit import emit_module, symbol_name
-from .jit import LOCK, JitFunction, compile_ir, target_key
+from .jit import LOCK, JitFunction, compile_ir, load_object, target_key
+
+_USE_DEFAULT: Any = object()
 
 __all__ = ["build_kernel", "compile_function", "emit_module", "compile_ir", "JitFunction",
-           "target_key", "symbol_name"]
+           "target_key", "symbol_name", "load_object", "disk_key"]
+
+
+def disk_key(memory_key: str) -> str:
+    """The persistent-cache key for a program whose in-memory key (:func:`program_key` of
+    the program, the options and :func:`target_key`: triple, CPU name and features) is
+    ``memory_key``: that key with the llvmlite and LLVM versions."""
+    import hashlib
+
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    versions = f"llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
+    return hashlib.sha256(f"{memory_key}|{versions}".encode()).hexdigest()
 
 
 def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
-                     speed_level: int = 3, threads: bool = True) -> JitFunction:
+                     speed_level: int = 3, threads: bool = True,
+                     disk: DiskCache | None = _USE_DEFAULT) -> JitFunction:
     """Compile ``func`` for the host CPU (stages: emit, verify, optimise, jit).
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
     takes the thread count as its last argument (``JitFunction.threads``).  Failures raise
-    :class:`~tecomp.errors.CompileError` naming the stage.
+    :class:`~tecomp.errors.CompileError` naming the stage.  Compiled code is looked up in the
+    in-memory ``cache``, then in the persistent ``disk`` cache (default:
+    :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs.
     """
+    options = f"llvm-O{speed_level}-threads{int(threads)}"
+    store = default_cache() if disk is _USE_DEFAULT else disk
+    memory_key = program_key(func, options, target_key())
+
     def build() -> JitFunction:
+        key = disk_key(memory_key) if store is not None else ""
+        if store is not None:
+            entry = store.get(key)
+            if entry is not None and isinstance(entry.get("object"), bytes):
+                try:
+                    out = load_object(entry["object"], symbol_name(func.name),
+                                      str(entry.get("source", "")))
+                    out.threads = threads
+                    return out
+                except CompileError:  # unusable entry: compile afresh and overwrite it
+                    pass
+        out = compile_now()
+        if store is not None:
+            store.put(key, {"object": out.object_code, "source": out.source})
+        return out
+
+    def compile_now() -> JitFunction:
         with LOCK:
             try:
                 module = emit_module(func, threads=threads)
@@ -51,21 +91,22 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
 
     if cache is None:
         return build()
-    key = program_key(func, f"llvm-O{speed_level}-threads{int(threads)}", target_key())
-    return cache.get_or_compile(key, build)
+    return cache.get_or_compile(memory_key, build)
 
 
 def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
                  outputs: Sequence[Any] | None = None,
                  hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
-                 cache: CompileCache | None = KERNELS, threads: bool = True) -> Kernel:
+                 cache: CompileCache | None = KERNELS, threads: bool = True,
+                 bounds: Any = None) -> Kernel:
     """Compile ``func`` and wrap it in a :class:`~tecomp.codegen.kernel.Kernel`.
 
     ``inputs``/``outputs`` name what the arguments and results stand for (tensors and
     ``tc.var`` scalars); without them the kernel takes the input buffers, then the parameters
     no buffer shape mentions.  ``hidden`` gives the data of input buffers past those of
-    ``inputs`` (constant tensors).
+    ``inputs`` (constant tensors).  ``bounds`` (a ``BoundsInfo`` of
+    :mod:`tecomp.passes.bounds_check`) says that the last output buffer is its error record.
     """
     entry = compile_function(func, cache=cache, threads=threads)
     return Kernel(func, entry, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
-                  target="llvm")
+                  target="llvm", bounds=bounds)

@@ -6,9 +6,10 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
 * ``optimise`` — the new pass manager at speed level 3 with loop vectorisation, SLP
   vectorisation, unrolling and interleaving, on a target machine that carries the host CPU name
   and features (without them LLVM only uses SSE);
-* ``jit`` — ORC's LLJIT links the module against the running process (``malloc``/``free`` from
-  libc, ``tanhf``/``erff``/``expf``... from libm, which Python has loaded) and returns the
-  function's address.  An unresolved symbol is an error here, never a crash.
+* ``jit`` — the target machine emits an object file and ORC's LLJIT links it against the
+  running process (``malloc``/``free`` from libc, ``tanhf``/``erff``/``expf``... from libm,
+  which Python has loaded) and returns the function's address.  An unresolved symbol is an
+  error here, never a crash.
 
 LLVM's global state in llvmlite is not thread-safe, so every stage runs under one process-wide
 lock; calling compiled code needs no lock.
@@ -73,6 +74,7 @@ class JitFunction:
     source: str
     _tracker: Any = field(repr=False, default=None)
     threads: bool = False  # whether the function takes a thread count as its last argument
+    object_code: bytes = field(repr=False, default=b"")  # what was linked (for the disk cache)
 
 
 def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
@@ -88,7 +90,12 @@ def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
 
 
 def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3) -> JitFunction:
-    """Verify, optimise and JIT-compile ``module``; return the function called ``name``."""
+    """Verify, optimise and JIT-compile ``module``; return the function called ``name``.
+
+    The optimised module is compiled to an object file (``JitFunction.object_code``) which is
+    what the JIT links, so the same bytes can be stored and linked again by
+    :func:`load_object` in another process.
+    """
     text = str(module)
     with LOCK:
         st = _init()
@@ -105,13 +112,28 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3) -> J
         except RuntimeError as err:
             raise CompileError(f"optimise: {name!r}: {err}") from None
         source = str(mod)
+        try:
+            obj = st["tm"].emit_object(mod)
+        except RuntimeError as err:
+            raise CompileError(f"jit: could not generate code for {name!r}: {err}") from None
+        out = load_object(obj, name, source)
+        return out
+
+
+def load_object(obj: bytes, name: str, source: str) -> JitFunction:
+    """Link the object code ``obj`` (made by :func:`compile_ir` on this machine) into the
+    process and return its function ``name``; ``source`` is the optimised IR it came from."""
+    with LOCK:
+        st = _init()
         lib = f"{name}.{next(_library_ids)}"
         try:
-            tracker = (llvm.JITLibraryBuilder().add_ir(source).add_current_process()
+            tracker = (llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
                        .export_symbol(name).link(st["jit"], lib))
             address = tracker[name]
         except RuntimeError as err:
             raise CompileError(f"jit: could not load {name!r}: {err}") from None
         if not address:
             raise CompileError(f"jit: the function {name!r} has no address")
-        return JitFunction(name, address, source, tracker)
+        out = JitFunction(name, address, source, tracker)
+        out.object_code = obj
+        return out
