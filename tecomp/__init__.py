@@ -12,10 +12,11 @@ Declare tensors element-wise with index lambdas, differentiate them, and build k
 See ``DESIGN.md`` of the project for the full public contract.
 """
 
-from . import ops
+from . import interop, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
+from .dot import to_dot
 from .dsl import (
     abs,
     all,
@@ -78,5 +79,5 @@ __all__ = [
     "show", "Tensor", "build", "gradient", "jacobian",
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
-    "Explanation", "PerformanceWarning", "explain", "pass_log",
+    "Explanation", "PerformanceWarning", "explain", "pass_log", "to_dot", "interop",
 ]
