@@ -65,6 +65,17 @@ def _conjuncts(e: E.Expr) -> list[E.Expr]:
     return [e]
 
 
+def _window(lows: list[tuple[Affine, int]],
+            ups: list[tuple[Affine, int]]) -> tuple[Affine, int] | None:
+    """An upper bound ``c*t <= u`` with a lower bound ``c*t >= u - (c - 1)``: one solution."""
+    for aff_l, a in lows:
+        for aff_u, b in ups:
+            d = aff_u - aff_l
+            if a == b and d.is_constant() and d.const == a - 1:
+                return aff_u, a
+    return None
+
+
 def implied(c: Affine, context: list[Affine]) -> bool:
     """Whether ``c >= 0`` holds wherever every ``context`` inequality holds (FM test of
     ``context and c < 0`` for emptiness; a rational certificate, so never a wrong "yes")."""
@@ -187,10 +198,26 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         guard.append(E.compare(E.GE, bridge.to_expr(c), 0))
 
     axes: list[E.IterVar] = []
+    fixed: dict[E.Var, E.Expr] = {}  # variables with exactly one value: no loop
+    pinned: list[E.Expr] = []  # the other bounds of those variables, as conditions
     for name in t_names:
         lows, ups = bounds[name]
         if not lows or not ups:
             raise ValueError(f"unbounded summation variable {name} in a delta term")
+        window = _window(lows, ups)
+        if window is not None:
+            # a "window" pair c*t >= l, c*t <= l + c - 1 has exactly one integer solution,
+            # t = floor((l + c - 1) / c): non-overlapping pooling, reshapes, strides = kernel
+            aff_u, c = window
+            value = substitute(bridge.to_expr(aff_u, t_exprs, c), fixed)
+            for aff, a in lows:
+                x = substitute(bridge.to_expr(aff + (a - 1), t_exprs, a), fixed)
+                pinned.append(E.compare(E.LE, x, value))
+            for aff, b in ups:
+                x = substitute(bridge.to_expr(aff, t_exprs, b), fixed)
+                pinned.append(E.compare(E.LE, value, x))
+            fixed[t_exprs[name]] = value
+            continue
         lo = None
         for aff, a in lows:
             x = bridge.to_expr(aff + (a - 1), t_exprs, a)  # ceil(aff / a)
@@ -199,20 +226,22 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         for aff, b in ups:
             x = bridge.to_expr(aff, t_exprs, b)
             hi = x if hi is None else E.minimum(hi, x)
+        lo, hi = substitute(lo, fixed), substitute(hi, fixed)
         axes.append(E.IterVar(t_exprs[name], lo, E.add(E.sub(hi, lo), 1), "reduce"))
 
     mapping: dict[E.Var, E.Expr] = {}
     for v in unknown_vars:
         num, den = subst[v.name]
-        mapping[v] = bridge.to_expr(num, t_exprs, den)
+        mapping[v] = substitute(bridge.to_expr(num, t_exprs, den), fixed)
     # div/mod unknowns are internal; atoms refer to IR expressions already
     guard_expr = E.Const(True, "bool")
     for g in guard:
         guard_expr = E.logical_and(guard_expr, g)
     where = None
-    for r in residual:
-        r2 = substitute(r, mapping)
-        where = r2 if where is None else E.logical_and(where, r2)
+    for r in [substitute(r, mapping) for r in residual] + pinned:
+        if isinstance(r, E.Const) and r.value:
+            continue
+        where = r if where is None else E.logical_and(where, r)
     rem = [(substitute(a, mapping), substitute(b, mapping)) for a, b in nonaffine]
     return Domain(axes, guard_expr, where, mapping, rem)
 

@@ -83,3 +83,38 @@ def test_symbolic_size_gradient_cost():
     for size in (8, 64):
         c = _grad_cost(B, [A], {n: size}, extra=[n])
         assert c.iterations <= 1.5 * 3 * size + size + 2, c
+
+
+def _ratio_to_hand(out, inputs, hand_backward, extra=()):
+    """Optimised gradient flops over a hand count (plus the forward, when the gradient
+    reads forward values as a hand-written one would)."""
+    from tecomp.functor import topo_order
+
+    head = tc.placeholder(out.shape, name="head", dtype=out.dtype)
+    grads = tc.gradient(out, list(inputs), head)
+    ins = list(inputs) + list(extra) + [head]
+    fwd_ids = {id(t) for t in topo_order([out]) if not t.is_placeholder}
+    fwd = 0
+    if any(id(t) in fwd_ids for t in topo_order(grads)):
+        fwd = tc.cost([out], list(inputs) + list(extra)).flops
+    return tc.cost(grads, ins).flops / (hand_backward + fwd)
+
+
+def test_depthwise_pooling_layer_norm_softmax_within_1_5x_of_hand_counts():
+    X = tc.placeholder((1, 8, 16, 16), name="X", dtype=F)
+    Wd = tc.placeholder((8, 1, 3, 3), name="Wd", dtype=F)
+    assert _ratio_to_hand(tc.ops.conv2d(X, Wd, padding=1, groups=8), [X, Wd],
+                          4 * 8 * 9 * 256) <= 1.5
+    assert _ratio_to_hand(tc.ops.avg_pool2d(X, 2), [X], 8 * 256) <= 1.5
+    assert _ratio_to_hand(tc.ops.max_pool2d(X, 2), [X], 8 * 256) <= 1.5  # argmax search
+    S = tc.placeholder((32, 128), name="S", dtype=F)
+    assert _ratio_to_hand(tc.ops.softmax(S), [S], 5 * 32 * 128) <= 1.5
+    assert _ratio_to_hand(tc.ops.layer_norm(S), [S], 10 * 32 * 128) <= 1.5
+
+
+def test_kron_sparse_gradients_cost_abcd_batch_each():
+    pat = (4, 2, 2, 8)
+    T = tc.placeholder(pat, name="T", dtype=F)
+    Xk = tc.placeholder((4 * 2 * 8, 16), name="Xk", dtype=F)
+    Y = tc.ops.kron_sparse_matmul(T, Xk, pat)
+    assert _ratio_to_hand(Y, [T, Xk], 2 * 2 * 4 * 2 * 2 * 8 * 16) <= 1.0 + 1e-9
