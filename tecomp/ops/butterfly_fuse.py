@@ -1,0 +1,134 @@
+"""Fusing adjacent Kronecker-sparse factors into fewer, larger ones.
+
+Fewer factors mean fewer passes over the batch and fewer intermediate buffers; this is the
+lever of lazylinop's chain optimiser and of Gonon et al. (ICML 2025, "Fast inference with
+Kronecker-sparse matrices"), who show that the time goes into moving data between factors,
+not into the multiply-adds.  Fusion multiplies factors *compactly* -- no dense matrix and no
+permutation is materialised.
+
+Product of two factors
+----------------------
+Let ``M`` have pattern ``(a, b, c, d)`` and ``M'`` pattern ``(a', b', c', d')`` with
+``a*c*d = a'*b'*d'`` (they compose), ``a | a'`` and ``d' | d`` (true for square-dyadic,
+Monarch and the real DCT chains).  Put ``alpha = a'/a`` and ``delta = d/d'``; then
+``c*delta = alpha*b'``.  Split ``M``'s inner index ``l = l_hi*d' + l_lo`` (``l_hi < delta``).
+The middle index ``i*c*d + k*d + l`` reads, in ``M'``'s row split ``(i', j', l')``::
+
+    l' = l_lo,   i'*b' + j' = i*c*delta + k*delta + l_hi
+    => i' = i*alpha + (k*delta + l_hi) // b',   j' = (k*delta + l_hi) % b'
+
+so ``M M'`` is Kronecker-sparse of pattern ``(a, b*delta, alpha*c', d')`` with::
+
+    P[i, (j, l_hi), (q, k'), l_lo] = sum over k with (k*delta + l_hi) // b' == q of
+                                     T[i, j, k, l_hi*d' + l_lo] * T'[i*alpha + q, j', k', l_lo]
+
+Its cost per column is ``a*b*delta*alpha*c'*d' = b*c'*a'*d``.
+
+Worked example (real DCT chain, n = 16): ``M_2 (2, 4, 4, 4)`` and ``M_3 (4, 4, 4, 2)`` give
+``alpha = 2, delta = 2`` and the fused ``(2, 8, 8, 2)``: 256 multiply-adds per column, as
+many as ``128 + 128`` for the two factors apart.  In general two middle factors
+``(a, 4, 4, d) (2a, 4, 4, d/2)`` fuse into ``(a, 8, 8, d/2)`` at equal cost, and the end pairs
+are cheaper fused (``(1, 2, 4, n/2)(2, 4, 4, n/4) -> (1, 4, 8, n/4)``: ``8n`` instead of
+``12n``), because the fused first factor never forms the imaginary parts it discards.
+Fusing three middle factors gives ``(a, 16, 16, d/4)``: ``4/3`` of the multiply-adds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .butterfly_factors import Pattern, butterfly_cost, check_chainable
+
+__all__ = ["best_grouping", "fuse_chain", "fuse_factors", "fused_pattern"]
+
+
+def fused_pattern(p: Sequence[int], q: Sequence[int]) -> Pattern:
+    """Pattern of the product of factors of patterns ``p`` (left) and ``q`` (right)."""
+    a, b, c, d = (int(v) for v in p)
+    a2, b2, c2, d2 = (int(v) for v in q)
+    if a * c * d != a2 * b2 * d2:
+        raise ValueError(f"factors {tuple(p)} and {tuple(q)} do not compose: "
+                         f"{a * c * d} columns against {a2 * b2 * d2} rows")
+    if a2 % a or d % d2:
+        raise ValueError(f"factors {tuple(p)} and {tuple(q)} cannot be fused: need "
+                         f"a={a} | a'={a2} and d'={d2} | d={d}")
+    return a, b * (d // d2), (a2 // a) * c2, d2
+
+
+def fuse_factors(T: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """Compact values of the product ``M M'`` of the factors held by ``T`` and ``U``."""
+    T, U = np.asarray(T), np.asarray(U)
+    a, b, c, d = T.shape
+    a2, b2, c2, d2 = U.shape
+    _, bb, cc, _ = fused_pattern(T.shape, U.shape)
+    alpha, delta = a2 // a, d // d2
+    P = np.zeros((a, b, delta, alpha, c2, d2), dtype=np.result_type(T, U))
+    U6 = U.reshape(a, alpha, b2, c2, d2)
+    T5 = T.reshape(a, b, c, delta, d2)
+    for k in range(c):
+        for lh in range(delta):
+            m = k * delta + lh
+            q, jp = divmod(m, b2)
+            # P[i, j, lh, q, k', l] += T[i, j, k, lh, l] * U[i*alpha + q, jp, k', l]
+            P[:, :, lh, q, :, :] += np.einsum("ijl,ikl->ijkl", T5[:, :, k, lh, :],
+                                              U6[:, q, jp, :, :])
+    return P.reshape(a, bb, cc, d2)
+
+
+def fuse_chain(patterns: Sequence[Sequence[int]], factors: Sequence[np.ndarray],
+               group: int | Sequence[int] = 2) -> tuple[list[Pattern], list[np.ndarray]]:
+    """Fuse consecutive factors of a chain (``factors[0]`` applied last).
+
+    ``group`` is how many factors each fused factor takes: an int (the last group may be
+    shorter) or the list of group sizes (summing to the chain length).  Returns the new
+    ``(patterns, factors)``; the product of the chain is unchanged.
+    """
+    pats = [tuple(int(v) for v in p) for p in patterns]
+    check_chainable(pats, strict=False)
+    L = len(pats)
+    if isinstance(group, int):
+        if group < 1:
+            raise ValueError(f"group must be >= 1, got {group}")
+        sizes = [min(group, L - s) for s in range(0, L, group)]
+    else:
+        sizes = [int(g) for g in group]
+        if any(g < 1 for g in sizes) or sum(sizes) != L:
+            raise ValueError(f"group sizes {list(group)} must be positive and sum to {L}")
+    out_p: list[Pattern] = []
+    out_f: list[np.ndarray] = []
+    start = 0
+    for g in sizes:
+        F = np.asarray(factors[start])
+        for t in range(start + 1, start + g):
+            F = fuse_factors(F, factors[t])
+        out_f.append(np.ascontiguousarray(F))
+        out_p.append(tuple(int(v) for v in F.shape))  # type: ignore[arg-type]
+        start += g
+    return out_p, out_f
+
+
+def best_grouping(patterns: Sequence[Sequence[int]], max_group: int = 2) -> list[int]:
+    """Group sizes (at most ``max_group``) with the fewest factors, then the fewest
+    multiply-adds (dynamic programming over the chain)."""
+    pats = [tuple(int(v) for v in p) for p in patterns]
+    L = len(pats)
+    best: list[tuple[int, int, list[int]] | None] = [None] * (L + 1)
+    best[0] = (0, 0, [])
+    for end in range(1, L + 1):
+        for g in range(1, min(max_group, end) + 1):
+            prev = best[end - g]
+            if prev is None:
+                continue
+            p = pats[end - g]
+            try:
+                for q in pats[end - g + 1:end]:
+                    p = fused_pattern(p, q)
+            except ValueError:
+                continue
+            cand = (prev[0] + 1, prev[1] + butterfly_cost([p]), prev[2] + [g])
+            if best[end] is None or cand[:2] < best[end][:2]:  # type: ignore[index]
+                best[end] = cand
+    assert best[L] is not None
+    return best[L][2]
