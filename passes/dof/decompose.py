@@ -10,6 +10,13 @@ gives an ``r x N`` ``L``, so every tangent carries ``r`` components instead of `
 Diagonal ``A`` (the Laplacian among them) is decomposed exactly, row ``k`` of ``L`` being
 ``sqrt|a_ii| e_i^T``.
 
+The seed ``g_x[b..., n, k] = L[k, n]`` is built by :func:`seed_tangent`: when ``L`` is a
+scaled identity up to the sign order (the Laplacian, any diagonal ``A`` whose non-zero entries
+all have one sign and fill the diagonal) it is the Kronecker delta ``l_k delta(n, k)``, which
+zero elimination resolves in the first consumer (``sum_n W[j, n] x[b, n]`` gets the tangent
+``W[j, k] l_k``, not an ``N x N x width`` contraction with a stored identity); otherwise it
+reads ``L^T`` from a constant stage.
+
 Constant matrices enter the IR through :func:`constant_stage`: a diagonal-like matrix (one
 non-zero a row, the identity among them) as a small compute stage whose body is one comparison,
 which later passes can see through; a dense one as a ``tc.constant`` tensor.
@@ -27,7 +34,7 @@ from tecomp.dsl import constant
 from tecomp.errors import TecompError
 from tecomp.tensor import Tensor
 
-from ..forward.context import new_stage
+from ..forward.context import ExprTangent, TangentTensor, new_stage
 
 
 @dataclass(frozen=True)
@@ -124,3 +131,19 @@ def constant_stage(m: np.ndarray, name: str, dtype: str, names: Any) -> Tensor:
     else:
         return constant(m, name=name, dtype=dtype)
     return new_stage(name, [i, j], body)
+
+
+def seed_tangent(dec: Decomposition, x: Tensor, names: Any) -> TangentTensor | ExprTangent:
+    """The DOF seed ``g_x[b..., n, k] = L[k, n]`` (see the module docstring)."""
+    L = dec.L
+    r, n = L.shape
+    nb = x.ndim - 1
+    if r == n and np.count_nonzero(L - np.diag(np.diag(L))) == 0:
+        scale = np.diag(L)
+        if np.all(scale == 1.0):
+            return ExprTangent(lambda ix: E.delta(ix[nb], ix[nb + 1], x.dtype))
+        col = constant(scale, name=f"dof_l_{x.name}", dtype=x.dtype)
+        return ExprTangent(lambda ix: E.mul(E.TensorRead(col, (ix[nb + 1],), x.dtype),
+                                            E.delta(ix[nb], ix[nb + 1], x.dtype)))
+    lt = constant_stage(L.T, f"dof_L_{x.name}", x.dtype, names)
+    return TangentTensor(lt, (nb, nb + 1))

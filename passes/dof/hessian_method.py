@@ -57,8 +57,6 @@ def hessian_operator(output: Tensor, x: Tensor, a: np.ndarray, *, who: str = "di
                 f"{who}: method='hessian' needs constant extents on the output's non-batch "
                 f"axes; {output.name!r} axis {nb + d} has extent {s}")
     names = Names([output])
-    n = a.shape[0]
-    seed = constant_stage(np.eye(n), f"{x.name}_basis", x.dtype, names)
     a_t = constant_stage(a, "hess_A", x.dtype, names)
     batch = [names.axis(f"b{d}", s) for d, s in enumerate(output.shape[:nb])]
     bvars = tuple(ax.var for ax in batch)
@@ -68,7 +66,7 @@ def hessian_operator(output: Tensor, x: Tensor, a: np.ndarray, *, who: str = "di
         om = output if not m else new_stage(
             f"{output.name}_{'_'.join(map(str, m))}", batch,
             E.TensorRead(output, idx, output.dtype))
-        h, _ = sample_hessian(om, x, seed)
+        h, _ = sample_hessian(om, x)
         if h is None:
             continue
         part_name = f"{name}_part" if trailing else name

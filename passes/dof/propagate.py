@@ -18,18 +18,19 @@ tangents of the forward *and* of the reverse graph) that is about half for a den
 MLP layers (seed eqs. 20-23).  Node by node, a layer ``T = f(z)``, ``z = sum_n W[j, n] u[b, n]
 + c[j]``, is linear in ``z`` (no Gram term) and unary in ``f``: its second-order term is
 ``f''(z) Q(g_z, g_z)``, r flops per unit instead of the r |R| of a layer-level Hessian -- the
-saving of eq. 23.  What remains is not to compute ``g_z`` (an r x width_in contraction per
-unit) twice, once for ``g_T = f'(z) g_z`` and once for ``Q``:
+saving of eq. 23.  ``g_z`` is used twice (in ``g_T = f'(z) g_z`` and in ``Q``), so it is
+stored as a stage of its own (:meth:`DofContext.operands`) whose body is a plain sum: that
+is the form the CPU lowering runs in the unit-stride ``i, k, j`` order (the rank axis
+innermost, contiguous), and it is where almost all of DOF's time goes (``B W_in W_out r``
+multiply-adds per layer).  Eq. 23 as written, ``f''/f'^2 (z) Q(g_T, g_T)``, would save the
+``g_z`` buffer but make the tangent stage a scaled sum ``f'(z) * sum(...)``, which the
+lowering keeps in the strided ``i, j, k`` order: 15x slower on a width-256 MLP.
 
-* for ``f`` tanh or sigmoid the term is computed as eq. 23 writes it,
-  ``f''/f'^2 (z) * Q(g_T, g_T)``, from the stage ``g_T`` itself.  Where ``f'(z)`` underflows
-  to 0 the term is taken as 0 (its true value is then below the float resolution of ``f'``:
-  for tanh and sigmoid ``|f''| <= 2 |f'|``);
-* in a first layer ``g_z = sum_n W[j, n] L[k, n]`` does not depend on the sample: it is one
-  ``(width, r)`` stage and ``Q(g_z, g_z)`` one ``(width,)`` stage, so the per-sample term costs
-  O(1) per unit;
-* any other nonlinear node stores an expensive operand tangent as a stage before using it
-  twice.
+Batch-invariant work.  In a first layer ``g_z = sum_n W[j, n] L[k, n]`` does not depend on the
+sample: it is one ``(width, r)`` stage and ``Q(g_z, g_z)`` one ``(width,)`` stage
+(:meth:`~tecomp.passes.forward.context.StageContext.hoist_invariant`), so the per-sample term
+costs O(1) per unit.  For a diagonal ``A`` the seed is a Kronecker delta
+(:func:`~.decompose.seed_tangent`) and that stage is ``W[j, k] l_k`` after zero elimination.
 """
 
 from __future__ import annotations
@@ -37,21 +38,20 @@ from __future__ import annotations
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import free_vars, make_reduce, substitute, topo_order
+from tecomp.functor import make_reduce, substitute, topo_order
 from tecomp.tensor import ComputeOp, Tensor
 
 from ..forward.context import (
+    ExprTangent,
     Names,
     StageContext,
     TangentTensor,
     contains_reduce,
-    select,
 )
 from ..forward.propagate import materialize
-from ..forward.rules import UNARY_D1
 from .batch import batch_positions
-from .decompose import Decomposition, constant_stage
-from .rules import RATIO, Pair, pair_rule
+from .decompose import Decomposition, seed_tangent
+from .rules import Pair, pair_rule
 
 
 class DofContext(StageContext):
@@ -115,29 +115,6 @@ class DofContext(StageContext):
         return out
 
 
-def _layer_form(ctx: DofContext, name: str) -> tuple[TangentTensor, E.Expr] | None:
-    """Seed eq. 23 for ``T = f(z)``, ``f`` in RATIO, when ``g_z`` is a contraction."""
-    body = ctx.body
-    if not (isinstance(body, E.Call) and body.name in RATIO):
-        return None
-    (u,) = body.args
-    gu, su = ctx.pair(u)
-    if isinstance(gu, E.Zero) or not contains_reduce(gu):
-        return None
-    axis_vars = {a.var for a in ctx.axes}
-    if free_vars(gu) & axis_vars < free_vars(body) & axis_vars:
-        return None  # batch-invariant g_z (a first layer): its Q is hoisted out instead
-    y = ctx.value(body)
-    f1 = UNARY_D1[body.name](u, y)
-    g = ctx.hoist_invariant(E.mul(f1, gu), name + "_inv")
-    gt = ctx.tangent_stage(g, name)
-    gread = gt.read(tuple(a.var for a in ctx.axes) + ctx.dir_vars)
-    second = E.mul(RATIO[body.name](y, f1), ctx.q(gread, gread))
-    nonzero = E.compare(E.NE, f1, E.Const(0.0, f1.dtype))
-    s = E.add(E.mul(f1, su), select(nonzero, second, E.Zero(second.dtype)))
-    return gt, s
-
-
 def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "diff_operator",
                  name: str | None = None) -> Tensor:
     """``sum_ij A_ij d2 output / dx[..., i] dx[..., j]`` by DOF, with ``A = L^T D L``."""
@@ -147,21 +124,16 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
         return materialize(None, output, name=name)
     names = Names([output])
     rank_axis = names.axis("kr", dec.rank)
-    lt = constant_stage(dec.L.T, f"dof_L_{x.name}", x.dtype, names)
-    gmap: dict[int, TangentTensor] = {id(x): TangentTensor(lt, (x.ndim - 1, x.ndim))}
+    gmap: dict[int, TangentTensor | ExprTangent] = {id(x): seed_tangent(dec, x, names)}
     smap: dict[int, TangentTensor] = {}
     for t in topo_order([output]):
         if t is x or not isinstance(t.op, ComputeOp):
             continue
         ctx = DofContext(t, gmap, smap, rank_axis, dec.positives, names)
-        layer = _layer_form(ctx, f"g_{t.name}")
-        if layer is not None:
-            gmap[id(t)], s = layer
-        else:
-            g, s = ctx.pair(t.op.body)
-            if not isinstance(g, E.Zero):
-                g = ctx.hoist_invariant(g, f"g_{t.name}_inv")
-                gmap[id(t)] = ctx.tangent_stage(g, f"g_{t.name}")
+        g, s = ctx.pair(t.op.body)
+        if not isinstance(g, E.Zero):
+            g = ctx.hoist_invariant(g, f"g_{t.name}_inv")
+            gmap[id(t)] = ctx.tangent_stage(g, f"g_{t.name}")
         if not isinstance(s, E.Zero):
             s = ctx.hoist_invariant(s, f"s_{t.name}_inv")
             smap[id(t)] = ctx.tangent_stage(s, f"s_{t.name}", full=t is output,

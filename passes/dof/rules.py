@@ -47,13 +47,6 @@ UNARY_D2: dict[str, Callable[[E.Expr, E.Expr, E.Expr], E.Expr]] = {
     "erf": lambda u, y, f1: E.mul(E.mul(-2.0, u), f1),          # erf -> -2u erf'
 }
 
-# f''/f'^2 for the MLP form of the second-order term (seed eq. 23)
-RATIO: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
-    "tanh": lambda y, f1: E.div(E.mul(-2.0, y), f1),            # -2 tanh / tanh'
-    "sigmoid": lambda y, f1: E.div(E.sub(1.0, E.mul(2.0, y)), f1),  # (1 - 2s) / s'
-}
-
-
 def _zeros(e: E.Expr) -> Pair:
     z = E.Zero(e.dtype)
     return z, z

@@ -5,8 +5,8 @@
 tensors, direction axes, hoisting) that the DOF pass reuses.
 """
 
-from .context import Names, StageContext, TangentTensor, new_stage
+from .context import ExprTangent, Names, StageContext, TangentTensor, new_stage
 from .propagate import forward_tangents, materialize
 
-__all__ = ["Names", "StageContext", "TangentTensor", "forward_tangents", "materialize",
-           "new_stage"]
+__all__ = ["ExprTangent", "Names", "StageContext", "TangentTensor", "forward_tangents",
+           "materialize", "new_stage"]

@@ -22,7 +22,7 @@ with shape ``(width, r)`` (:class:`TangentTensor` records which axes are kept).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tecomp import dtypes
 from tecomp import expr as E
@@ -43,6 +43,20 @@ class TangentTensor:
     def read(self, index: Sequence[E.Expr]) -> E.Expr:
         idx = tuple(E.as_expr(index[p]) for p in self.keep)
         return E.TensorRead(self.tensor, idx, self.tensor.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class ExprTangent:
+    """A seed tangent given as an expression of the index (primal axes, then direction axes):
+    ``read(index) = fn(index)``.  Used for identity-like seeds written with Kronecker deltas
+    (``delta(n, d)``), which zero elimination resolves in the first consumer
+    (``sum_n W[j, n] delta(n, d)`` becomes ``W[j, d]``) instead of summing over a stored
+    identity matrix."""
+
+    fn: Callable[[Sequence[E.Expr]], E.Expr]
+
+    def read(self, index: Sequence[E.Expr]) -> E.Expr:
+        return self.fn(tuple(E.as_expr(i) for i in index))
 
 
 class Names:
@@ -106,7 +120,7 @@ def select(cond: E.Expr, t: E.Expr, f: E.Expr) -> E.Expr:
 class StageContext:
     """Differentiation state of one primal compute stage (see the module docstring)."""
 
-    def __init__(self, primal: Tensor, tangents: dict[int, TangentTensor],
+    def __init__(self, primal: Tensor, tangents: dict[int, TangentTensor | ExprTangent],
                  dirs: tuple[E.IterVar, ...], names: Names) -> None:
         assert isinstance(primal.op, ComputeOp)
         self.primal = primal

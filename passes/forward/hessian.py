@@ -8,8 +8,9 @@ once; the seed DOF paper's baseline, its eqs. 13-14).
 
 Cost: every stage of the forward and the reverse graph gets a tangent stage ``|x|`` times its
 size, so about ``|x|`` times the cost of the gradient, plus the Hessian's own ``|x|^2`` size.
-The basis seed is the identity ``I[i, d]``, a compute stage of one comparison; stages whose
-tangent does not depend on a sample are stored once (see :mod:`.context`).
+The basis seed is the identity ``I[i, d] = delta(i, d)`` (resolved by zero elimination in its
+consumers); stages whose tangent does not depend on a sample are stored once (see
+:mod:`.context`).
 
 Limit: forward mode treats the condition of a ``select`` as locally constant, which is right
 for piecewise functions but not for a select that only guards a removable singularity.
@@ -25,8 +26,8 @@ from typing import Sequence
 from tecomp import expr as E
 from tecomp.tensor import Tensor
 
-from .context import Names, TangentTensor, new_stage
-from .propagate import forward_tangents, materialize
+from .context import ExprTangent, Names
+from .propagate import Tangent, forward_tangents, materialize
 
 
 def _gradient(output: Tensor, x: Tensor) -> Tensor:
@@ -35,33 +36,33 @@ def _gradient(output: Tensor, x: Tensor) -> Tensor:
     return gradient(output, [x])[0]
 
 
-def identity_seed(shape: Sequence[E.Expr], dtype: str, names: Names,
-                  name: str) -> tuple[Tensor, tuple[E.IterVar, ...]]:
-    """``I[i..., d...] = 1 if i == d`` over ``shape + shape``, and the direction axes."""
-    idx = [names.axis(f"hi{m}", s) for m, s in enumerate(shape)]
-    dirs = tuple(names.axis(f"hd{m}", s) for m, s in enumerate(shape))
-    cond: E.Expr = E.Const(True, "bool")
-    for a, d in zip(idx, dirs):
-        cond = E.logical_and(cond, E.compare(E.EQ, a.var, d.var))
-    body = E.select(cond, E.Const(1.0, dtype), E.Const(0.0, dtype))
-    return new_stage(name, idx + list(dirs), body), dirs
+def identity_seed(x: Tensor, names: Names) -> tuple[ExprTangent, tuple[E.IterVar, ...]]:
+    """The seed ``I[i..., d...] = prod_m delta(i_m, d_m)`` over ``x.shape + x.shape`` and its
+    direction axes (Kronecker deltas: zero elimination resolves them in the consumers)."""
+    dirs = tuple(names.axis(f"hd{m}", s) for m, s in enumerate(x.shape))
+    nd = x.ndim
+
+    def fn(ix: Sequence[E.Expr]) -> E.Expr:
+        out: E.Expr = E.Const(1.0, x.dtype)
+        for m in range(nd):
+            out = E.mul(out, E.delta(ix[m], ix[nd + m], x.dtype))
+        return out
+    return ExprTangent(fn), dirs
 
 
 def full_hessian(output: Tensor, x: Tensor, name: str | None = None) -> Tensor:
     """``H[i..., j...] = d2 output / dx[i...] dx[j...]`` for a scalar ``output``."""
     grad = _gradient(output, x)
     names = Names([grad])
-    seed, dirs = identity_seed(x.shape, x.dtype, names, f"{x.name}_basis")
-    tans = forward_tangents([grad], {id(x): TangentTensor(seed, tuple(range(2 * x.ndim)))},
-                            dirs=dirs, names=names, prefix="h")
+    seed, dirs = identity_seed(x, names)
+    tans = forward_tangents([grad], {id(x): seed}, dirs=dirs, names=names, prefix="h")
     return materialize(tans.get(id(grad)), grad, dirs, name=name or f"hessian_{output.name}")
 
 
-def sample_hessian(output: Tensor, x: Tensor, seed: Tensor) -> tuple[
-        TangentTensor | None, E.IterVar]:
+def sample_hessian(output: Tensor, x: Tensor) -> tuple[Tangent | None, E.IterVar]:
     """Per-sample Hessians of ``output`` (one value per sample of ``x``'s leading axes).
 
-    ``seed[n, d]`` is the identity over x's last axis, so the tangent of the gradient is
+    The seed is ``delta(n, d)`` over x's last axis, so the tangent of the gradient is
     ``H[b..., n, d] = d2 output[b...] / dx[b..., n] dx[b..., d]``, provided samples are
     independent.  Returns the tangent tensor (None when ``output`` is linear in ``x``) and
     its direction axis ``d``.
@@ -70,6 +71,6 @@ def sample_hessian(output: Tensor, x: Tensor, seed: Tensor) -> tuple[
     names = Names([grad])
     dir_axis = names.axis("hd", x.shape[-1])
     nd = x.ndim
-    tans = forward_tangents([grad], {id(x): TangentTensor(seed, (nd - 1, nd))},
-                            dirs=(dir_axis,), names=names, prefix="h")
+    seed = ExprTangent(lambda ix: E.delta(ix[nd - 1], ix[nd], x.dtype))
+    tans = forward_tangents([grad], {id(x): seed}, dirs=(dir_axis,), names=names, prefix="h")
     return tans.get(id(grad)), dir_axis

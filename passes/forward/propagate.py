@@ -20,12 +20,14 @@ from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, topo_order
 from tecomp.tensor import ComputeOp, Tensor
 
-from .context import Names, StageContext, TangentTensor, new_stage
+from .context import ExprTangent, Names, StageContext, TangentTensor, new_stage
+
+Tangent = TangentTensor | ExprTangent
 
 
-def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, TangentTensor], *,
+def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, Tangent], *,
                      dirs: tuple[E.IterVar, ...] = (), names: Names | None = None,
-                     prefix: str = "d") -> dict[int, TangentTensor]:
+                     prefix: str = "d") -> dict[int, Tangent]:
     """Tangent tensors (by ``id`` of the primal) of every stage between seeds and outputs.
 
     ``seeds`` maps ``id(tensor)`` to its given tangent; the seeded tensors are not
@@ -34,7 +36,7 @@ def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, TangentTensor],
     """
     names = names or Names(outputs)
     out_ids = {id(t) for t in outputs}
-    tangents: dict[int, TangentTensor] = {}
+    tangents: dict[int, Tangent] = {}
     for t in topo_order(list(outputs)):
         if id(t) in seeds:
             tangents[id(t)] = seeds[id(t)]
@@ -50,7 +52,7 @@ def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, TangentTensor],
     return tangents
 
 
-def materialize(tt: TangentTensor | None, primal: Tensor, dirs: tuple[E.IterVar, ...] = (),
+def materialize(tt: Tangent | None, primal: Tensor, dirs: tuple[E.IterVar, ...] = (),
                 name: str | None = None) -> Tensor:
     """A tensor of shape ``primal.shape + dir extents`` holding the tangent ``tt``."""
     name = name or f"d_{primal.name}"
@@ -61,7 +63,7 @@ def materialize(tt: TangentTensor | None, primal: Tensor, dirs: tuple[E.IterVar,
         v = E.Var(fresh_name(f"i{d}", taken), "int64")
         taken.add(v.name)
         axes.append(E.IterVar(v, E.Const(0, "int64"), s, "data"))
-    if tt is not None and tt.keep == tuple(range(len(axes))):
+    if isinstance(tt, TangentTensor) and tt.keep == tuple(range(len(axes))):
         return tt.tensor
     if tt is None:
         body: E.Expr = E.Const(0.0, primal.dtype)
