@@ -64,12 +64,17 @@ class Kernel:
     (what the arguments and results stand for), ``target``.
     """
 
+    _bounds: Any = None  # a BoundsInfo when the last output buffer is a bounds-error record
+
     def __init__(self, func: LoweredFunc, entry: Any, *,
                  inputs: Sequence[Tensor | E.Var] | None = None,
                  outputs: Sequence[Tensor] | None = None,
                  hidden: Mapping[Buffer, np.ndarray] | None = None,
-                 single: bool | None = None, target: str = "llvm") -> None:
+                 single: bool | None = None, target: str = "llvm",
+                 bounds: Any = None) -> None:
         self.ir = func
+        # data-dependent index checks (tecomp.passes.bounds_check): last output is the record
+        self._bounds = bounds
         self.name = func.name
         self.target = target
         self._entry = entry
@@ -136,13 +141,14 @@ class Kernel:
         self._args.append(spec)
 
     def _map_outputs(self, func: LoweredFunc, outputs: Sequence[Tensor] | None) -> None:
+        bufs = func.outputs[:-1] if self._bounds is not None else func.outputs
         labels = [f"output {t.name!r}" for t in outputs] if outputs is not None else \
-            [f"output {b.name!r}" for b in func.outputs]
-        if len(labels) != len(func.outputs):
+            [f"output {b.name!r}" for b in bufs]
+        if len(labels) != len(bufs):
             raise CompileError(
-                f"jit: kernel {func.name!r} has {len(func.outputs)} output buffer(s) for "
+                f"jit: kernel {func.name!r} has {len(bufs)} output buffer(s) for "
                 f"{len(labels)} output(s)")
-        self._outs = [_BufArg(lab, b) for lab, b in zip(labels, func.outputs)]
+        self._outs = [_BufArg(lab, b) for lab, b in zip(labels, bufs)]
 
     @property
     def cost(self) -> Any:
@@ -188,6 +194,9 @@ class Kernel:
         outs = self._outputs(out, sizes, ins + [x for x in arrays if isinstance(x, np.ndarray)])
         ptrs = [a.ctypes.data for a in ins] + [a.ctypes.data for a in self._hidden] + \
             [o.ctypes.data for o in outs]
+        record = self._bounds.new_record() if self._bounds is not None else None
+        if record is not None:
+            ptrs.append(record.ctypes.data)
         if self._threaded:
             nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
             params.append(self.threads if nbytes >= PARALLEL_MIN_BYTES else 1)
@@ -195,6 +204,8 @@ class Kernel:
         if rc != 0:
             raise ArgumentError(
                 f"kernel {self.name!r}: out of memory for a temporary buffer (code {rc})")
+        if record is not None:
+            self._bounds.raise_if_failed(record, sizes, self.name)
         if self._single:
             return outs[0]
         return tuple(outs)

@@ -55,6 +55,7 @@ from .errors import (
     DeclarationError,
     DifferentiationError,
     EvaluationError,
+    IndexBoundsError,
     LoweringError,
     TecompError,
 )
@@ -75,7 +76,8 @@ __all__ = [
     "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
-    "EvaluationError", "LoweringError", "TecompError", "evaluate", "Expr", "IterVar", "Var",
+    "EvaluationError", "IndexBoundsError", "LoweringError", "TecompError", "evaluate",
+    "Expr", "IterVar", "Var",
     "show", "Tensor", "build", "gradient", "jacobian",
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",

@@ -18,13 +18,19 @@ TARGETS = ("llvm", "cuda")
 
 
 def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str = "llvm",
-          name: str | None = None) -> Any:
+          name: str | None = None, *, check_bounds: bool = True) -> Any:
     """Compile ``outputs`` computed from ``inputs`` into a kernel.
 
     ``inputs`` lists the placeholders, and any scalar ``tc.var`` that no input shape
     determines, in the order the kernel takes its arguments.  The kernel returns one array
     when ``outputs`` is a single tensor, else a tuple.  Failures to compile raise
     :class:`~tecomp.errors.CompileError` naming the stage (emit, verify, optimise, jit).
+
+    With ``check_bounds`` (the default) every read or write at a data-dependent index (through
+    an integer index tensor) is checked (:mod:`tecomp.passes.bounds_check`): an index out of
+    range raises :class:`~tecomp.errors.IndexBoundsError` naming the tensor and position after
+    the call.  ``check_bounds=False`` skips the checks (a few integer operations per such
+    access) and leaves such reads unchecked.  The CUDA target does not check yet.
     """
     if not isinstance(target, str) or target not in TARGETS:
         raise TecompError(
@@ -46,5 +52,10 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
 
         return run_pass("codegen.cuda", build_cuda, lowered.func, inputs=inputs, outputs=outs,
                         hidden=lowered.constants, single=single)
-    return run_pass("codegen.llvm", build_kernel, lowered.func, inputs=inputs, outputs=outs,
-                    hidden=lowered.constants, single=single)
+    func, bounds = lowered.func, None
+    if check_bounds:
+        from .passes.bounds_check import add_bounds_checks
+
+        func, bounds = add_bounds_checks(func)
+    return run_pass("codegen.llvm", build_kernel, func, inputs=inputs, outputs=outs,
+                    hidden=lowered.constants, single=single, bounds=bounds)

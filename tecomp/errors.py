@@ -34,3 +34,7 @@ class ArgumentError(TecompError):
 
 class EvaluationError(TecompError):
     """The reference evaluator met an invalid program or binding (e.g. out-of-bounds read)."""
+
+
+class IndexBoundsError(ArgumentError):
+    """A kernel read or wrote a tensor at a data-dependent index outside its shape."""
