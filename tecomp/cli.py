@@ -1,107 +1,256 @@
-"""The ``tecomp`` command line: ``tecomp demo [NAME]`` runs a built-in example end to end."""
+"""The ``tecomp`` command line.
+
+    tecomp demo [NAME]        run a built-in example end to end (conv2d, softmax, take, mlp,
+                              butterfly, laplacian, or all)
+    tecomp show FILE.py       print the tensor expressions a file defines
+    tecomp lower FILE.py      print their loop IR and static cost
+    tecomp bench [ARGS...]    run the CPU benchmark suite (benchmarks/bench_cpu.py)
+
+``tecomp COMMAND --help`` describes each command's options.
+
+Program files (``show``/``lower``).  The file is run as a Python script; then, in order of
+preference:
+
+1. if it defines ``program()``, that function is called and returns ``(outputs, inputs)``:
+   a tensor or a list of tensors, and the list of placeholders (and scalar ``tc.var`` s) in
+   the order a kernel would take them;
+2. else, if it defines ``OUTPUTS`` (a tensor or list) -- and optionally ``INPUTS`` -- those;
+3. else every module-level tensor that no other module-level tensor reads is an output, and
+   the inputs are the placeholders they depend on.
+
+``--grad`` differentiates the first output (the gradient of its sum, or of ``sum(out·H)``
+with a head ``H`` when ``--head`` is given) with respect to the float inputs, or to the
+tensors named with ``--wrt``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import inspect
+import runpy
 import sys
-import time
-
-import numpy as np
+from pathlib import Path
+from typing import Any
 
 import tecomp as tc
 
-
-def _median_time(f, repeat: int = 7) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+from .cli_demos import DEMOS, run_demo, step
 
 
-def _conv_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    n, c, h, wd = x.shape
-    k, _, r, s = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    cols = np.lib.stride_tricks.sliding_window_view(xp, (r, s), axis=(2, 3))
-    return np.einsum("nchwrs,kcrs->nkhw", cols, w, optimize=True)
+# ------------------------------------------------------------------------------ program files
+def load_program(path: str) -> tuple[list[tc.Tensor], list[Any]]:
+    """``(outputs, inputs)`` that the Python file ``path`` defines (module docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise tc.TecompError(f"{path}: no such file")
+    ns = runpy.run_path(str(p), run_name="__tecomp_program__")
+    if callable(ns.get("program")):
+        got = ns["program"]()
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise tc.TecompError(f"{path}: program() must return (outputs, inputs), got "
+                                 f"{type(got).__name__}")
+        outs, ins = got
+    elif "OUTPUTS" in ns:
+        outs, ins = ns["OUTPUTS"], ns.get("INPUTS")
+    else:
+        outs, ins = _module_outputs(ns), None
+        if not outs:
+            raise tc.TecompError(f"{path}: defines no tensor (and no program() or OUTPUTS)")
+    outs = [outs] if isinstance(outs, tc.Tensor) else list(outs)
+    for t in outs:
+        if not isinstance(t, tc.Tensor):
+            raise tc.TecompError(f"{path}: output {t!r} is not a tensor")
+    if ins is None:
+        from .lowering_api import _default_inputs
+
+        ins = _default_inputs(outs)
+    return outs, [ins] if isinstance(ins, tc.Tensor) else list(ins)
 
 
-def demo_conv2d(args: argparse.Namespace) -> int:
-    print("== tecomp demo: conv2d NCHW 1x16x32x32 * 32x16x3x3, padding 1 ==\n")
-    X = tc.placeholder((1, 16, 32, 32), name="X")
-    W = tc.placeholder((32, 16, 3, 3), name="W")
-    Y = tc.ops.conv2d(X, W, padding=1, name="Y")
-    print("-- tensor expression --")
-    print(tc.show(Y))
-    lowered = tc.lower([Y], [X, W])
-    print("\n-- loop IR --")
+def _module_outputs(ns: dict[str, Any]) -> list[tc.Tensor]:
+    from .functor import input_tensors
+
+    tensors = [v for k, v in ns.items() if isinstance(v, tc.Tensor) and not k.startswith("_")]
+    read = {id(d) for t in tensors for d in input_tensors(t)}
+    return [t for t in tensors if id(t) not in read and not t.is_placeholder]
+
+
+def _differentiate(outs: list[tc.Tensor], ins: list[Any], args: argparse.Namespace
+                   ) -> tuple[list[tc.Tensor], list[Any]]:
+    out = outs[0]
+    if args.wrt:
+        by_name = {t.name: t for t in ins if isinstance(t, tc.Tensor)}
+        missing = [w for w in args.wrt if w not in by_name]
+        if missing:
+            raise tc.TecompError(f"--wrt {', '.join(missing)}: no such input (inputs: "
+                                 f"{', '.join(by_name)})")
+        wrt = [by_name[w] for w in args.wrt]
+    else:
+        wrt = [t for t in ins if isinstance(t, tc.Tensor) and t.dtype.startswith("float")]
+    head = None
+    if args.head:
+        head = tc.placeholder(out.shape, name=f"{out.name}_head", dtype=out.dtype)
+        ins = [*ins, head]
+    with step(f"differentiating {out.name} with respect to {', '.join(t.name for t in wrt)}"):
+        grads = tc.gradient(out, wrt, head=head, optimize=not args.no_optimize)
+    return grads, ins
+
+
+def _sizes(items: list[str] | None) -> dict[str, int] | None:
+    if not items:
+        return None
+    sizes = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            sizes[name] = int(value)
+        except ValueError:
+            raise tc.TecompError(f"--size {item!r}: expected NAME=INTEGER") from None
+    return sizes
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    outs, ins = load_program(args.file)
+    if args.grad:
+        outs, ins = _differentiate(outs, ins, args)
+    elif not args.no_optimize and args.optimize:
+        outs = tc.optimize(outs)
+    if args.dot:
+        print(tc.to_dot(outs), end="")
+        return 0
+    print(tc.show(outs))
+    if args.explain:
+        print("\n" + str(tc.explain(outs, sizes=_sizes(args.size))))
+    return 0
+
+
+def cmd_lower(args: argparse.Namespace) -> int:
+    outs, ins = load_program(args.file)
+    if args.grad:
+        outs, ins = _differentiate(outs, ins, args)
+    with step("lowering"):
+        if args.no_optimize:
+            from .lowering_api import Lowered
+            from .passes.lower import lower_program
+
+            lowered = Lowered(*lower_program(outs, ins))
+        else:
+            lowered = tc.lower(outs, ins)
     print(lowered)
-    cost = tc.cost([Y], [X, W])
-    print(f"\n-- static cost -- flops={cost.flops} iterations={cost.iterations} "
-          f"bytes={cost.bytes}")
-    t0 = time.perf_counter()
-    kernel = tc.build([Y], [X, W])
-    print(f"\ncompiled in {time.perf_counter() - t0:.2f} s")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 16, 32, 32)).astype(np.float32)
-    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
-    y = kernel(x, w)
-    ref = tc.evaluate(Y, {X: x, W: w})[0]
-    npy = _conv_ref(x, w)
-    err_eval = float(np.abs(y - ref).max())
-    err_np = float(np.abs(y - npy).max())
-    print(f"max |JIT - evaluator| = {err_eval:.2e}; max |JIT - NumPy| = {err_np:.2e}")
-    t_jit = _median_time(lambda: kernel(x, w))
-    t_np = _median_time(lambda: _conv_ref(x, w))
-    print(f"time: tecomp {t_jit * 1e3:.3f} ms, NumPy (einsum) {t_np * 1e3:.3f} ms "
-          f"(ratio {t_jit / t_np:.2f})")
-    ok = err_eval < 1e-3 and err_np < 1e-3
-    if hasattr(tc, "gradient"):
-        ok = _demo_gradient(X, W, Y, x, w) and ok
-    print("\nOK" if ok else "\nMISMATCH")
-    return 0 if ok else 1
+    sizes = _sizes(args.size)
+    try:
+        cost = tc.cost(outs, ins, sizes=sizes, optimize=not args.no_optimize)
+        print(f"\ncost: {cost}")
+    except tc.TecompError as err:
+        print(f"\ncost: not counted ({err}); bind sizes with --size NAME=VALUE")
+    if args.build:
+        with step("compiling"):
+            kernel = tc.build(outs, ins)
+        print(f"built {kernel!r}")
+    return 0
 
 
-def _demo_gradient(X, W, Y, x, w) -> bool:
-    print("\n== gradient of sum(Y) with respect to X and W ==")
-    naive = tc.gradient(Y, [X, W], optimize=False)
-    opt = tc.optimize(naive)
-    print("-- naive gradient (reverse mode, with Kronecker deltas) --")
-    print(tc.show(naive[0]))
-    print("\n-- after zero elimination --")
-    print(tc.show(opt[0]))
-    for label, ts, flag in (("naive", naive, False), ("optimised", opt, True)):
-        c = tc.cost(ts, [X, W], optimize=flag)
-        print(f"cost {label:9s}: flops={c.flops} iterations={c.iterations}")
-    kernel = tc.build(opt, [X, W])
-    dx, dw = kernel(x, w)
-    rx, rw = tc.evaluate(opt, {X: x, W: w})
-    err = max(float(np.abs(dx - rx).max()), float(np.abs(dw - rw).max()) / 100)
-    print(f"max |JIT - evaluator| on the gradient = {err:.2e}")
-    return err < 1e-2
+# ------------------------------------------------------------------------------ bench
+def _find_bench() -> Path | None:
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        cand = root / "benchmarks" / "bench_cpu.py"
+        if cand.is_file():
+            return cand
+    return None
 
 
-DEMOS = {"conv2d": demo_conv2d}
+def cmd_bench(args: argparse.Namespace) -> int:
+    path = _find_bench()
+    if path is None:
+        print("error: benchmarks/bench_cpu.py not found; run `tecomp bench` from a checkout "
+              "of the tecomp repository", file=sys.stderr)
+        return 1
+    spec = importlib.util.spec_from_file_location("tecomp_bench_cpu", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(mod)
+        main = getattr(mod, "main", None)
+        if main is None:
+            print(f"error: {path} defines no main()", file=sys.stderr)
+            return 1
+        takes_args = bool(inspect.signature(main).parameters)
+        print(f"running {path.name} (progress below; the suite takes minutes)", flush=True)
+        rc = main(args.args) if takes_args else main()
+    finally:
+        sys.path.remove(str(path.parent))
+    return int(rc or 0)
+
+
+# ------------------------------------------------------------------------------ main
+def _program_parser(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_, description=help_ + ". " + (
+        "FILE.py defines program() returning (outputs, inputs), or OUTPUTS [and INPUTS], or "
+        "module-level tensors (the unread ones are the outputs)."))
+    p.add_argument("file", metavar="FILE.py", help="a Python file that declares tensors")
+    p.add_argument("--grad", action="store_true",
+                   help="differentiate the first output (its sum, or sum(out*H) with --head)")
+    p.add_argument("--wrt", nargs="+", metavar="NAME",
+                   help="inputs to differentiate with respect to (default: every float input)")
+    p.add_argument("--head", action="store_true",
+                   help="take the incoming gradient H as an extra input instead of ones")
+    p.add_argument("--no-optimize", action="store_true",
+                   help="skip zero elimination (see the naive gradient)")
+    p.add_argument("--size", nargs="+", metavar="NAME=VALUE",
+                   help="bind symbolic sizes for the cost, e.g. --size n=128")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tecomp", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="tecomp: a tensor-expression compiler with exact zero elimination for "
+        "fast derivatives.", epilog=__doc__.split("\n\n", 2)[1])
+    parser.add_argument("--version", action="version", version=f"tecomp {tc.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    d = sub.add_parser("demo", help="run a built-in example end to end",
+                       description="Run a built-in example: declare, differentiate, show the "
+                       "IR and cost, compile, check against NumPy, time.")
+    d.add_argument("name", nargs="?", default="conv2d", choices=[*DEMOS, "all"],
+                   help="which example (default conv2d)")
+    d.add_argument("--small", action="store_true", help="small sizes (a few seconds)")
+    s = _program_parser(sub, "show", "print the tensor expressions a file defines")
+    s.add_argument("--optimize", action="store_true", help="show them after tc.optimize")
+    s.add_argument("--dot", action="store_true", help="print Graphviz text instead")
+    s.add_argument("--explain", action="store_true",
+                   help="also say why the program may be slower than hand-written code")
+    lo = _program_parser(sub, "lower", "print the loop IR and static cost of a file's tensors")
+    lo.add_argument("--build", action="store_true", help="also compile it with LLVM")
+    b = sub.add_parser("bench", help="run the CPU benchmark suite",
+                       description="Run benchmarks/bench_cpu.py's main() (from a checkout); "
+                       "further arguments go to it.")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tecomp", description=__doc__)
-    sub = parser.add_subparsers(dest="command")
-    d = sub.add_parser("demo", help="run a built-in example end to end")
-    d.add_argument("name", nargs="?", default="conv2d", choices=sorted(DEMOS))
-    args = parser.parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.args = [*args.args, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command == "demo":
-        try:
-            return DEMOS[args.name](args)
-        except tc.TecompError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-    return 0
+    try:
+        if args.command == "demo":
+            return run_demo(args.name, small=args.small)
+        if args.command == "show":
+            return cmd_show(args)
+        if args.command == "lower":
+            return cmd_lower(args)
+        return cmd_bench(args)
+    except tc.TecompError as err:
+        print(f"\nerror: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
