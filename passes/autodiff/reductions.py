@@ -24,9 +24,16 @@ on earlier axes of the same reduction has no such linear position and is rejecte
 number of zero factors) and ``P[i]`` (the product of the non-zero factors), the product of
 all factors but the k-th is::
 
-    Π_{k' ≠ k} g(k') = select(g(k) != 0, select(Z == 0, P / g(k), 0),
-                                         select(Z == 1, P, 0))
+    Π_{k' ≠ k} g(k') = select(g(k) != 0, select(Z == 0, P / g(k), Z == 1: S P / g(k), 0),
+                                         select(Z == 1, P, Z == 2: (S - g(k)) P, 0))
     d Π_{k | w} g = Σ_{k | w} dg(k) · Π_{k' ≠ k} g(k')
+
+``S[i]`` is the sum of the zero factors: its value is 0, so the arms ``S P / g(k)`` and
+``(S - g(k)) P`` are 0 like the plain ``0`` they replace, but their derivatives are those of
+``Π_{k' ≠ k} g(k')`` (one zero factor ``z`` among the others: ``dg(z) · P / g(k)``; two, ``k``
+and ``z``: ``dg(z) · P``).  Differentiating the gradient again -- forward over reverse for
+``tc.hessian``, which treats select conditions as locally constant -- is then exact at zeros:
+for ``prod([2, 0, 3, 5])`` the entry ``H[0, 1] = 3 · 5`` would otherwise be lost.
 """
 
 from __future__ import annotations
@@ -101,10 +108,19 @@ def _prod(e: E.Reduce, D: Jacobian) -> E.Expr:
     nonzero = make_reduce("prod", E.select(is_zero, E.Const(1.0, dt), g), e.axes, e.where, dt)
     zeros = D.stage("zeros", count, "int64", 0)
     partial = D.stage("nzprod", nonzero, dt, 1.0)
+    # zsum = the sum of the zero factors: always 0, but its derivative is that of the zero
+    # factors, which keeps the derivative of ``others`` right at zeros (see the docstring)
+    zsum = D.stage("zsum", make_reduce("sum", E.select(is_zero, g, E.Const(0.0, dt)), e.axes,
+                                       e.where, dt), dt, 0.0)
     g = D.fwd(g, e.where, e.axes)  # inside the derivative: no nested forward reductions
-    others = E.select(E.compare(E.NE, g, 0),
-                      E.select(E.compare(E.EQ, zeros, 0), E.div(partial, g), E.Zero(dt)),
-                      E.select(E.compare(E.EQ, zeros, 1), partial, E.Zero(dt)))
+
+    def z_is(n: int) -> E.Expr:
+        return E.compare(E.EQ, zeros, n)
+    nz_arm = E.select(z_is(0), E.div(partial, g),
+                      E.select(z_is(1), E.div(E.mul(zsum, partial), g), E.Zero(dt)))
+    z_arm = E.select(z_is(1), partial,
+                     E.select(z_is(2), E.mul(E.sub(zsum, g), partial), E.Zero(dt)))
+    others = E.select(E.compare(E.NE, g, 0), nz_arm, z_arm)
     return make_reduce("sum", E.mul(dg, others), e.axes, e.where, dt)
 
 

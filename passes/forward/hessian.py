@@ -12,11 +12,10 @@ The basis seed is the identity ``I[i, d] = delta(i, d)`` (resolved by zero elimi
 consumers); stages whose tangent does not depend on a sample are stored once (see
 :mod:`.context`).
 
-Limit: forward mode treats the condition of a ``select`` as locally constant, which is right
-for piecewise functions but not for a select that only guards a removable singularity.
-Reverse mode's zero-safe product rule is such a form, so at a point where a product has a zero
-factor the Hessian of that product comes out wrong (``d2 prod / dx_z dx_l`` is lost).  The
-DOF rule for products (:mod:`tecomp.passes.dof.product`) is exact there.
+Forward mode treats the condition of a ``select`` as locally constant, which is right for
+piecewise functions but not for a select that only guards a removable singularity; reverse
+mode's zero-safe product rule is written so that its derivative is right at zero factors too
+(:mod:`tecomp.passes.autodiff.reductions`), so Hessians through products are exact there.
 """
 
 from __future__ import annotations

@@ -50,6 +50,45 @@ def test_matrix_input_network(rng):
     np.testing.assert_allclose(flat, flat.T, rtol=1e-10, atol=1e-12)
 
 
+def prod_hessian(v):
+    """``d2 prod(v) / dv_i dv_j``: the product of all factors but ``i`` and ``j`` (0 on the
+    diagonal)."""
+    n = len(v)
+    return np.array([[0.0 if i == j else np.prod([v[m] for m in range(n) if m not in (i, j)])
+                      for j in range(n)] for i in range(n)])
+
+
+@pytest.mark.parametrize("xv", [[2.0, 0.0, 3.0, 5.0], [2.0, 0.0, 0.0, 5.0], [0.0, 0.0, 0.0, 5.0],
+                                [2.0, -1.0, 3.0, 5.0]])
+def test_hessian_of_product_through_zero_factors(xv):
+    """Forward over reverse at 0, 1, 2 and 3 zero factors: H[0, 1] = 3 * 5 at [2, 0, 3, 5]
+    (reverse mode's zero-safe rule used to lose the entries H[k, z] for k != z)."""
+    x = tc.placeholder((4,), "x", F)
+    k = tc.reduce_axis(4, "k")
+    y = tc.compute((), lambda: tc.prod(x[k], axis=k), name="y")
+    H = tc.hessian(y, x)
+    xv = np.array(xv)
+    ref = prod_hessian(xv)
+    np.testing.assert_array_equal(tc.evaluate([H], {x: xv})[0], ref)
+    (built,) = tc.build([H], [x])(xv)
+    np.testing.assert_array_equal(built, ref)
+
+
+def test_hessian_method_operator_through_a_zero_factor(rng):
+    """diff_operator(method="hessian") of a per-sample product with a zero factor equals the
+    closed form and DOF (the same forward-over-reverse path as tc.hessian)."""
+    x = tc.placeholder((2, 4), "x", F)
+    k = tc.reduce_axis(4, "k")
+    y = tc.compute((2,), lambda b: tc.prod(x[b, k], axis=k), name="y")
+    xv = np.array([[2.0, 0.0, 3.0, 5.0], [1.5, -2.0, 0.0, 0.0]])
+    A = rng.standard_normal((4, 4))
+    A = A + A.T
+    ref = [float(np.sum(A * prod_hessian(v))) for v in xv]
+    for method in ("hessian", "dof"):
+        got = tc.evaluate([tc.diff_operator(y, x, A, method=method)], {x: xv})[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_hessian_errors():
     X = tc.placeholder((3,), "X", F)
     Y = tc.compute((3,), lambda i: X[i] * X[i], name="Y")
