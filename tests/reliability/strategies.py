@@ -231,13 +231,18 @@ class _Gen:
             where = tc.any(where, tc.eq(r, 0))  # never empty: max/min identities are +-inf
         return getattr(tc, comb)(body, axis=r, where=where)
 
-    def stage(self) -> tc.Tensor:
+    def stage(self, last: bool = False) -> tc.Tensor:
         dims = self.shape(0, 2)
         name = self.name("S")
         depth = self.draw(st.integers(1, 3))
 
         def body(*ivs: Any) -> Any:
-            return self.value(list(zip(ivs, dims)), depth)
+            axes = list(zip(ivs, dims))
+            v = self.value(axes, depth)
+            if last and self.smooth:  # the loss surely depends on an input
+                x = tc.cast(self.read(self.draw(st.sampled_from(self.floats)), axes), self.dtype)
+                v = v * x + x * x
+            return v
 
         t = tc.compute(tuple(d.expr for d in dims), body, name=name)
         t.attrs["dims"] = dims
@@ -271,8 +276,9 @@ def programs(draw: Any, smooth: bool = False, dtype: str | None = None) -> Progr
                                     name=g.name("F")))
         g.tensors[-1].attrs["dims"] = it.attrs["dims"]
     outputs = []
-    for k in range(draw(st.integers(1, 3))):
-        t = g.stage()
+    nstages = draw(st.integers(1, 3))
+    for k in range(nstages):
+        t = g.stage(last=k == nstages - 1)
         g.tensors.append(t)
         if k == 0 or draw(st.booleans()):
             outputs.append(t)

@@ -1,0 +1,138 @@
+"""Soak test: many random programs through the compiler, failures counted and reported.
+
+    python benchmarks/soak.py --programs 10000 --gradients 1000 [--seed 0] [--opt-level 1]
+
+Draws programs from the hypothesis strategies of the reliability tests
+(``tests/reliability/strategies.py``) and checks, for each:
+
+* JIT == reference evaluator (inputs unwritten, outputs not aliasing inputs); every
+  ``--o3-every``-th program goes through ``tc.build`` itself (O3), the others through the same
+  pipeline compiled at ``--opt-level`` (compiling at O3 dominates the run time otherwise);
+* ``tc.optimize`` preserves the evaluator's results;
+* for ``--gradients`` smooth float64 programs, ``tc.gradient`` (naive and optimised,
+  alternating) against central finite differences.
+
+Prints counts per check and the first program of each distinct failure (by exception type and
+first message line).  Exit status 1 when anything failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "reliability"))
+
+import numpy as np  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import tecomp as tc  # noqa: E402
+from tecomp.codegen.kernel import Kernel  # noqa: E402
+from tecomp.codegen.llvm import compile_function  # noqa: E402
+from tecomp.passes.bounds_check import add_bounds_checks  # noqa: E402
+
+
+def build_at(prog, level: int) -> Kernel:
+    """``tc.build`` with the LLVM pipeline at ``level`` (same lowering and bounds checks)."""
+    outs = list(prog.outputs)
+    lowered = tc.lower(outs, prog.inputs)
+    func, bounds = add_bounds_checks(lowered.func)
+    entry = compile_function(func, speed_level=level)
+    return Kernel(func, entry, inputs=prog.inputs, outputs=outs, hidden=lowered.constants,
+                  single=False, bounds=bounds)
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.failures: dict[str, tuple[str, str]] = {}
+        self.failed: dict[str, int] = {}
+
+    def run(self, check: str, prog, fn) -> None:
+        self.counts[check] = self.counts.get(check, 0) + 1
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - every failure is counted and reported
+            self.failed[check] = self.failed.get(check, 0) + 1
+            key = f"{check}: {type(err).__name__}: {str(err).splitlines()[0][:100]}"
+            self.failures.setdefault(key, (prog.text, traceback.format_exc()[-2000:]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", type=int, default=10000)
+    ap.add_argument("--gradients", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--opt-level", type=int, default=1)
+    ap.add_argument("--o3-every", type=int, default=25)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    from gradcheck import check_gradient
+    from strategies import programs
+    from test_fuzz_programs import assert_same, check_jit
+
+    tally = Tally()
+    seen = {"n": 0}
+    quiet = settings(deadline=None, database=None, derandomize=False,
+                     suppress_health_check=list(HealthCheck))
+
+    def jit_check(prog, seed: int) -> None:
+        if seen["n"] % args.o3_every == 0:
+            check_jit(prog, seed)
+            return
+        data = prog.arrays(seed)
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in data]
+        want = tc.evaluate(prog.outputs, prog.bindings(data))
+        got = build_at(prog, args.opt_level)(*data)
+        for a, c in zip(data, copies):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, c, err_msg="the kernel wrote an input")
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"output {k}")
+
+    def opt_check(prog, seed: int) -> None:
+        b = prog.bindings(prog.arrays(seed))
+        want = tc.evaluate(prog.outputs, b)
+        for k, (g, w) in enumerate(zip(tc.evaluate(tc.optimize(prog.outputs), b), want)):
+            assert_same(g, w, f"optimized output {k}")
+
+    @given(programs(), st.integers(0, 2**31))
+    @settings(quiet, max_examples=args.programs)
+    def forward(prog, seed):
+        seen["n"] += 1
+        tally.run("jit == evaluator", prog, lambda: jit_check(prog, seed))
+        tally.run("optimize preserves", prog, lambda: opt_check(prog, seed))
+
+    @given(programs(smooth=True, dtype="float64"), st.integers(0, 2**31))
+    @settings(quiet, max_examples=args.gradients)
+    def gradients(prog, seed):
+        def check() -> None:
+            check_gradient(prog.outputs[-1], prog.floats, prog.bindings(prog.arrays(seed)),
+                           seed=seed % 2**16, rtol=1e-5, atol=1e-8, optimize=bool(seed % 2))
+        tally.run("gradient == finite differences", prog, check)
+
+    t0 = time.perf_counter()
+    if args.programs:
+        forward()
+    t1 = time.perf_counter()
+    if args.gradients:
+        gradients()
+    t2 = time.perf_counter()
+    print(f"soak: forward {t1 - t0:.0f} s, gradients {t2 - t1:.0f} s "
+          f"(opt level {args.opt_level}, O3 via tc.build every {args.o3_every})")
+    for check, n in tally.counts.items():
+        print(f"  {check:32s} {n:6d} run, {tally.failed.get(check, 0):4d} failed")
+    for key, (text, tb) in tally.failures.items():
+        print(f"\n=== {key}\n{text}\n{tb}")
+    return 1 if tally.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
