@@ -30,7 +30,8 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     an integer index tensor) is checked (:mod:`tecomp.passes.bounds_check`): an index out of
     range raises :class:`~tecomp.errors.IndexBoundsError` naming the tensor and position after
     the call.  ``check_bounds=False`` skips the checks (a few integer operations per such
-    access) and leaves such reads unchecked.  The CUDA target does not check yet.
+    access) and leaves such reads unchecked.  Both targets check (on CUDA, threads race only
+    on which failure is recorded).
     """
     if not isinstance(target, str) or target not in TARGETS:
         raise TecompError(
@@ -47,15 +48,15 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     lowered = lower(outs, inputs, name=name)
     from .diagnostics import run_pass
 
-    if target == "cuda":  # CUDA C; compiled with NVRTC/nvcc when available, run on a GPU
-        from .codegen.cuda.kernel import build_cuda
-
-        return run_pass("codegen.cuda", build_cuda, lowered.func, inputs=inputs, outputs=outs,
-                        hidden=lowered.constants, single=single)
     func, bounds = lowered.func, None
     if check_bounds:
         from .passes.bounds_check import add_bounds_checks
 
         func, bounds = add_bounds_checks(func)
+    if target == "cuda":  # CUDA C; compiled with NVRTC/nvcc when available, run on a GPU
+        from .codegen.cuda.kernel import build_cuda
+
+        return run_pass("codegen.cuda", build_cuda, func, inputs=inputs, outputs=outs,
+                        hidden=lowered.constants, single=single, bounds=bounds)
     return run_pass("codegen.llvm", build_kernel, func, inputs=inputs, outputs=outs,
                     hidden=lowered.constants, single=single, bounds=bounds)

@@ -59,12 +59,15 @@ class CudaKernel(Kernel):
     def __init__(self, func: LoweredFunc, *, inputs: Sequence[Tensor | E.Var] | None = None,
                  outputs: Sequence[Tensor] | None = None,
                  hidden: Mapping[Buffer, np.ndarray] | None = None,
-                 single: bool | None = None, check: bool = True) -> None:
+                 single: bool | None = None, check: bool = True, bounds: Any = None) -> None:
         # Kernel.__init__ wraps a CPU entry point; only its argument mapping is shared.
         self.ir = func
         self.name = func.name
         self.target = "cuda"
-        self.program: GpuProgram = schedule(func)
+        # data-dependent index checks (tecomp.passes.bounds_check): last output is the record
+        self._bounds = bounds
+        records = frozenset() if bounds is None else frozenset((bounds.error,))
+        self.program: GpuProgram = schedule(func, records=records)
         self._renderer = CudaRenderer(self.program)
         self.source: str = self._renderer.render()
         self._args = []
@@ -205,6 +208,14 @@ class CudaKernel(Kernel):
                 ptr[spec.buffer] = self._to_device(dev, x, owned)
             for spec, p in zip(self._hidden_specs, self._hidden_pointers(dev)):
                 ptr[spec.buffer] = p
+            record = None
+            if self._bounds is not None:  # the error record: zeroed, read back after
+                record = self._bounds.new_record()
+                p = dev.alloc(record.nbytes)
+                owned.append(p)
+                dev.copy_in(p, record)
+                copy_back.append((record, p))
+                ptr[self._bounds.error] = p
             for spec, o in zip(self._outs, outs):
                 if interface(o) is None:
                     p = dev.alloc(o.nbytes)
@@ -237,6 +248,8 @@ class CudaKernel(Kernel):
         finally:
             for p in owned:
                 dev.free(p)
+        if record is not None:
+            self._bounds.raise_if_failed(record, sizes, self.name)
         if self._single:
             return outs[0]
         return tuple(outs)
@@ -332,10 +345,12 @@ def _pack(st: Stage, ptr: dict[Buffer, int], params: list[int], pvars: Sequence[
 def build_cuda(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
                outputs: Sequence[Any] | None = None,
                hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
-               check: bool = True) -> CudaKernel:
+               check: bool = True, bounds: Any = None) -> CudaKernel:
     """A :class:`CudaKernel` for ``func`` (the CUDA counterpart of
-    :func:`tecomp.codegen.llvm.build_kernel`); ``check`` compiles the source at once."""
+    :func:`tecomp.codegen.llvm.build_kernel`); ``check`` compiles the source at once;
+    ``bounds`` describes the error record of :func:`tecomp.passes.bounds_check` (its last
+    output), after which a call raises ``IndexBoundsError``."""
     return CudaKernel(func, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
-                      check=check)
+                      check=check, bounds=bounds)
 
 

@@ -27,6 +27,9 @@ sums order-nondeterministic: results may differ in the last bits from run to run
 
 Stages that cannot be mapped run on a single thread (correct, but slow for big loops).
 
+A *record* buffer (the error record of :mod:`tecomp.passes.bounds_check`) is left out of this
+analysis: threads may race on it by design (only on which failure gets recorded).
+
 Example: ``for r in [0, n): for s in [0, 32): loss[] += C[r, s] * C[r, s]`` (not marked
 parallel) maps ``r`` onto the grid; the store into ``loss`` is not owned by ``r`` and its index
 is invariant, so each thread keeps ``tc_acc0 += ...`` and ends with one
@@ -102,11 +105,12 @@ class GpuProgram:
     notes: tuple[str, ...] = field(default=())
 
 
-def schedule(func: LoweredFunc) -> GpuProgram:
+def schedule(func: LoweredFunc, *, records: frozenset[Buffer] = frozenset()) -> GpuProgram:
     """Cut ``func`` into kernels and map their loops onto the grid (see the module doc).
 
     Sum reductions in the CPU's "i, k, j" order are first put back in GPU order
-    (:func:`.reorder.restore_sum_order`)."""
+    (:func:`.reorder.restore_sum_order`).  ``records`` are buffers whose racy stores are
+    allowed (error records) and ignored when deciding the mapping."""
     func = restore_sum_order(func)
     temps: list[Buffer] = []
     raw: list[tuple[Stmt, tuple[tuple[E.Var, E.Expr], ...]]] = []
@@ -129,14 +133,14 @@ def schedule(func: LoweredFunc) -> GpuProgram:
     base = re.sub(r"\W", "_", func.name) or "kernel"
     stages = []
     for n, (s, lets) in enumerate(raw):
-        stages.append(_make_stage(f"{base}_k{n}", s, lets, global_bufs))
+        stages.append(_make_stage(f"{base}_k{n}", s, lets, global_bufs, records))
     _check_lets(stages)
     return GpuProgram(func, tuple(stages), tuple(temps))
 
 
 # ------------------------------------------------------------------------------ one stage
 def _make_stage(name: str, s: Stmt, lets: tuple[tuple[E.Var, E.Expr], ...],
-                global_bufs: list[Buffer]) -> Stage:
+                global_bufs: list[Buffer], records: frozenset[Buffer]) -> Stage:
     used: set[Buffer] = set()
     written: set[Buffer] = set()
     for x in walk_stmt(s):
@@ -148,6 +152,7 @@ def _make_stage(name: str, s: Stmt, lets: tuple[tuple[E.Var, E.Expr], ...],
                 if isinstance(n, BufferLoad):
                     used.add(n.buffer)
     local = _local_buffers(s)
+    ignored = local | records  # left out of the ownership analysis
     buffers = tuple(b for b in global_bufs if b in used)
     for b in used:
         if b not in buffers and b not in local:
@@ -160,10 +165,10 @@ def _make_stage(name: str, s: Stmt, lets: tuple[tuple[E.Var, E.Expr], ...],
     atomic: frozenset[Store] = frozenset()
     private: tuple[Private, ...] = ()
     if loop is not None:
-        plan = _map_loops(loop, local, wrapper_vars)
+        plan = _map_loops(loop, ignored, wrapper_vars)
         if plan is not None:
             mapped, non_owned = plan
-            atomic, private = _atomics(loop, mapped, non_owned, local)
+            atomic, private = _atomics(loop, mapped, non_owned, ignored)
     return Stage(name, s, lets, tuple(mapped), atomic, private, buffers, gwritten)
 
 

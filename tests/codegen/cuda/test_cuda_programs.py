@@ -102,3 +102,24 @@ def test_benchmark_stops_cleanly_without_a_gpu(capsys):
     out = capsys.readouterr().out
     assert "no CUDA device: " in out and "nothing was run" in out
 
+
+
+def test_bounds_checked_gather_and_scatter(emulated):
+    """tc.build checks data-dependent indices on CUDA too: the racy error record does not stop
+    the stages from mapping onto the grid, and a bad index raises IndexBoundsError."""
+    for name in ("gather", "gather_grad"):
+        case = CASES[name]
+        kernel = tc.build(case.outputs, case.inputs, target="cuda", name=f"{name}_checked")
+        assert kernel._bounds is not None
+        assert not any(st.serial for st in kernel.program.stages)
+        compile_emulated([kernel.source])
+        args = case.args(np.random.default_rng(5))
+        got = kernel.launch(args, device=EmulatedDevice())
+        assert BENCH.check(case, kernel, args, got) <= 1.0
+        bad = list(args)
+        bad[1] = bad[1].copy()
+        bad[1][4] = 10**6
+        dev = EmulatedDevice()
+        with pytest.raises(tc.IndexBoundsError, match=r"tensor 'EM(_grad)?'.*index 1000000"):
+            kernel.launch(bad, device=dev)
+        assert not dev.mem
