@@ -232,11 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if args.command == "bench":
-        args.args = [*args.args, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
+        return cmd_bench(argparse.Namespace(args=argv[1:]))  # the rest, verbatim
+    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
