@@ -26,6 +26,15 @@ multiply-adds per layer).  Eq. 23 as written, ``f''/f'^2 (z) Q(g_T, g_T)``, woul
 ``g_z`` buffer but make the tangent stage a scaled sum ``f'(z) * sum(...)``, which the
 lowering keeps in the strided ``i, j, k`` order: 15x slower on a width-256 MLP.
 
+Blocked rank axis.  A tangent stage of a layer loops ``for b, j: for n: for k`` with the rank
+axis ``k`` innermost; each ``j`` streams the whole per-sample tangent ``g[b, :, :]`` of the
+layer below (``W_in * r`` values).  For a large rank (``r > BLOCK_OVER``; the N=1000 Laplacian)
+that no longer fits in the L2 cache, so the rank axis is split into two direction axes
+``k = kb * block + ki`` (``block`` about ``BLOCK``, the last block padded with zero directions)
+and tangent stages are laid out ``(b, kb, j, ki)`` (:meth:`DofContext.arrange`): the loops run
+block by block over a ``W_in * block`` slab.  On the N=1000, width-256 MLP this halves the
+time (580 -> 315 ms, same run).
+
 Batch-invariant work.  In a first layer ``g_z = sum_n W[j, n] L[k, n]`` does not depend on the
 sample: it is one ``(width, r)`` stage and ``Q(g_z, g_z)`` one ``(width,)`` stage
 (:meth:`~tecomp.passes.forward.context.StageContext.hoist_invariant`), so the per-sample term
@@ -35,6 +44,7 @@ costs O(1) per unit.  For a diagonal ``A`` the seed is a Kronecker delta
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from tecomp import expr as E
@@ -53,18 +63,52 @@ from .batch import batch_positions
 from .decompose import Decomposition, seed_tangent
 from .rules import Pair, pair_rule
 
+#: rank axes longer than this are blocked (see "Blocked rank axis" above)
+BLOCK_OVER = 192
+#: the target length of one block of the rank axis
+BLOCK = 128
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """The direction axes of DOF: ``(kr,)``, or ``(kb, ki)`` with ``k = kb * block + ki`` when
+    the rank axis is blocked (``block`` is then the extent of ``ki``; ``rank <= kb * ki``, the
+    padding directions have zero tangents)."""
+
+    dirs: tuple[E.IterVar, ...]
+    block: int | None
+    rank: int
+    positives: int
+
+    @staticmethod
+    def make(dec: Decomposition, names: Names) -> RankLayout:
+        r = dec.rank
+        if r <= BLOCK_OVER:
+            return RankLayout((names.axis("kr", r),), None, r, dec.positives)
+        nblocks = -(-r // BLOCK)
+        block = -(-r // nblocks)
+        return RankLayout((names.axis("kb", nblocks), names.axis("ki", block)), block, r,
+                          dec.positives)
+
 
 class DofContext(StageContext):
     """Per-stage state of DOF: ``(g, s)`` of sub-expressions and the Gram form ``Q``."""
 
-    def __init__(self, primal: Tensor, gmap: dict[int, TangentTensor],
-                 smap: dict[int, TangentTensor], rank_axis: E.IterVar, positives: int,
-                 names: Names) -> None:
-        super().__init__(primal, gmap, (rank_axis,), names)
+    def __init__(self, primal: Tensor, gmap: dict[int, TangentTensor | ExprTangent],
+                 smap: dict[int, TangentTensor], layout: RankLayout, names: Names) -> None:
+        super().__init__(primal, gmap, layout.dirs, names)
         self.smap = smap
-        self.rank = int(rank_axis.extent.value)  # type: ignore[attr-defined]
-        self.positives = positives
+        self.layout = layout
         self._pairs: dict[tuple[E.Expr, frozenset], Pair] = {}
+
+    def arrange(self, axes: list[E.IterVar]) -> list[E.IterVar]:
+        """With a blocked rank axis, the block axis ``kb`` goes right after the first primal
+        axis (the batch): each block of a tangent is then a contiguous slab."""
+        if self.layout.block is None or self.dirs[0] not in axes:
+            return axes
+        rest = [a for a in axes if a is not self.dirs[0]]
+        at = 1 if rest and rest[0] not in self.dirs else 0
+        return rest[:at] + [self.dirs[0]] + rest[at:]
 
     def s_read(self, r: E.TensorRead) -> E.Expr:
         tt = self.smap.get(id(r.tensor))
@@ -102,17 +146,32 @@ class DofContext(StageContext):
         """``Q(ga, gb) = sum_k D_kk ga[k] gb[k]`` (positive rows first, then negative)."""
         if isinstance(ga, E.Zero) or isinstance(gb, E.Zero):
             return E.Zero(ga.dtype if isinstance(ga, E.Zero) else gb.dtype)
-        kv = self.dir_vars[0]
-        out: E.Expr = E.Zero(ga.dtype)
-        for lo, hi, neg in ((0, self.positives, False), (self.positives, self.rank, True)):
-            if hi <= lo:
-                continue
-            kq = self.names.axis("kq", hi - lo, lo, "reduce")
-            a = substitute(ga, {kv: kq.var})
-            b = a if gb == ga else substitute(gb, {kv: kq.var})
-            term = make_reduce("sum", E.mul(a, b), (kq,), None)
-            out = E.sub(out, term) if neg else E.add(out, term)
-        return out
+        lay = self.layout
+        if lay.block is None:
+            ranges = [((lo, hi), neg) for lo, hi, neg in
+                      ((0, lay.positives, False), (lay.positives, lay.rank, True)) if hi > lo]
+            out: E.Expr = E.Zero(ga.dtype)
+            for (lo, hi), neg in ranges:
+                kq = self.names.axis("kq", hi - lo, lo, "reduce")
+                term = self._gram(ga, gb, (kq,), None)
+                out = E.sub(out, term) if neg else E.add(out, term)
+            return out
+        kb, ki = self.dirs
+        qb = self.names.axis("kqb", kb.extent, kind="reduce")
+        qi = self.names.axis("kqi", ki.extent, kind="reduce")
+        if lay.positives == lay.rank:                   # no negative direction
+            return self._gram(ga, gb, (qb, qi), None)
+        flat = E.add(E.mul(qb.var, lay.block), qi.var)
+        pos = self._gram(ga, gb, (qb, qi), E.compare(E.LT, flat, lay.positives))
+        neg = self._gram(ga, gb, (qb, qi), E.compare(E.GE, flat, lay.positives))
+        return E.sub(pos, neg)
+
+    def _gram(self, ga: E.Expr, gb: E.Expr, axes: tuple[E.IterVar, ...],
+              where: E.Expr | None) -> E.Expr:
+        m = {d.var: a.var for d, a in zip(self.dirs, axes)}
+        a = substitute(ga, m)
+        b = a if gb == ga else substitute(gb, m)
+        return make_reduce("sum", E.mul(a, b), axes, where)
 
 
 def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "diff_operator",
@@ -123,13 +182,14 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
     if dec.rank == 0:
         return materialize(None, output, name=name)
     names = Names([output])
-    rank_axis = names.axis("kr", dec.rank)
-    gmap: dict[int, TangentTensor | ExprTangent] = {id(x): seed_tangent(dec, x, names)}
+    layout = RankLayout.make(dec, names)
+    gmap: dict[int, TangentTensor | ExprTangent] = {
+        id(x): seed_tangent(dec, x, names, layout.block)}
     smap: dict[int, TangentTensor] = {}
     for t in topo_order([output]):
         if t is x or not isinstance(t.op, ComputeOp):
             continue
-        ctx = DofContext(t, gmap, smap, rank_axis, dec.positives, names)
+        ctx = DofContext(t, gmap, smap, layout, names)
         g, s = ctx.pair(t.op.body)
         if not isinstance(g, E.Zero):
             g = ctx.hoist_invariant(g, f"g_{t.name}_inv")

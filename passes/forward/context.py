@@ -167,7 +167,13 @@ class StageContext:
 
     # ------------------------------------------------------------------ stages
     def stage_axes(self, fv: set[E.Var]) -> list[E.IterVar]:
-        return [a for a in self.axes if a.var in fv] + [d for d in self.dirs if d.var in fv]
+        axes = [a for a in self.axes if a.var in fv] + [d for d in self.dirs if d.var in fv]
+        return self.arrange(axes)
+
+    def arrange(self, axes: list[E.IterVar]) -> list[E.IterVar]:
+        """The order of a new stage's axes (primal axes, then direction axes; the DOF
+        context blocks its rank axis, see :mod:`tecomp.passes.dof.propagate`)."""
+        return axes
 
     def hoist(self, e: E.Expr, bound: frozenset, name: str) -> E.Expr:
         """``e`` as a read of a new stage over the axes it uses, or ``e`` itself when it
@@ -233,6 +239,9 @@ class StageContext:
         else:
             fv = free_vars(body)
             keep = tuple(p for p, a in enumerate(all_axes) if a.var in fv)
+        if not full:
+            pos = {a.var: p for p, a in enumerate(all_axes)}
+            keep = tuple(pos[a.var] for a in self.arrange([all_axes[p] for p in keep]))
         t = new_stage(name, [all_axes[p] for p in keep], body)
         return TangentTensor(t, keep)
 
