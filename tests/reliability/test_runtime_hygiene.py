@@ -16,7 +16,10 @@ from tecomp.codegen.cache import CompileCache
 from tecomp.codegen.llvm import compile_function
 
 DETERMINISM = textwrap.dedent("""
-    import hashlib, tecomp as tc
+    import hashlib, sys, tecomp as tc
+    sys.path.insert(0, sys.argv[1])
+    from test_user_errors import run_bad_index_battery
+    print("caught", run_bad_index_battery())
     n, m = tc.var("n"), tc.var("m")
     E = tc.placeholder((m, 8), name="E")
     W = tc.placeholder((8, 8), name="W")
@@ -37,8 +40,10 @@ DETERMINISM = textwrap.dedent("""
 
 
 def test_same_program_prints_identically_across_interpreters():
-    """tc.show, the loop IR and the emitted LLVM IR do not depend on hash randomisation."""
-    procs = [subprocess.Popen([sys.executable, "-c", DETERMINISM], stdout=subprocess.PIPE,
+    """tc.show, the loop IR and the emitted LLVM IR do not depend on hash randomisation, and
+    bad indices raise cleanly in a fresh interpreter (a crash would fail only this test)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = [subprocess.Popen([sys.executable, "-c", DETERMINISM, here], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONHASHSEED=seed)) for seed in "12"]
     outs = []
@@ -46,7 +51,7 @@ def test_same_program_prints_identically_across_interpreters():
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
         outs.append(out)
-    assert len(outs[0].split()) == 3
+    assert outs[0].splitlines()[0] == "caught 10" and len(outs[0].split()) == 5
     assert outs[0] == outs[1]
 
 

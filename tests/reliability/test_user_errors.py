@@ -1,10 +1,6 @@
 """Every user-facing failure mode raises tc.TecompError naming the tensor, axis or expression
 (or propagates the user's own exception); none crashes or hangs the interpreter."""
 
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
@@ -100,26 +96,27 @@ def test_compile_failure_names_the_stage(store, words):
         assert w in str(info.value)
 
 
-def test_bad_inputs_never_crash_the_interpreter():
-    """Out-of-range gathers and scatters, empty tables, huge indices: a clean error, exit 0."""
-    script = textwrap.dedent("""
-        import numpy as np, tecomp as tc
-        n, m = tc.var("n"), tc.var("m")
-        E = tc.placeholder((m, 8), name="E")
-        idx = tc.placeholder((n,), name="idx", dtype="int64")
-        G = tc.compute((n, 8), lambda i, j: E[idx[i], j], name="G")
-        (dE,) = tc.gradient(G, [E])
-        k = tc.build([G, dE], [E, idx])
-        caught = 0
-        for table in (np.ones((4, 8), np.float32), np.ones((0, 8), np.float32)):
-            for bad in (4, -1, 2**62, -2**63, 10**6):
-                try:
-                    k(table, np.array([0, bad, 1] * 1000))
-                except tc.IndexBoundsError:
-                    caught += 1
-        print("caught", caught)
-    """)
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "caught 10" in res.stdout
+def test_bad_inputs_raise_cleanly():
+    """Out-of-range gathers and scatters, empty tables, extreme indices: a clean error.
+
+    The same battery runs in fresh interpreters in ``test_runtime_hygiene.py`` (a crash there
+    fails the test instead of the test run)."""
+    caught = run_bad_index_battery()
+    assert caught == 10
+
+
+def run_bad_index_battery() -> int:
+    n, m = tc.var("n"), tc.var("m")
+    E = tc.placeholder((m, 8), name="E")
+    idx = tc.placeholder((n,), name="idx", dtype="int64")
+    G = tc.compute((n, 8), lambda i, j: E[idx[i], j], name="G")
+    (dE,) = tc.gradient(G, [E])
+    k = tc.build([G, dE], [E, idx])
+    caught = 0
+    for table in (np.ones((4, 8), np.float32), np.ones((0, 8), np.float32)):
+        for bad in (4, -1, 2**62, -2**63, 10**6):
+            try:
+                k(table, np.array([0, bad, 1] * 1000))
+            except tc.IndexBoundsError:
+                caught += 1
+    return caught
