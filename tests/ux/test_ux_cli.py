@@ -1,9 +1,10 @@
-"""The ``tecomp`` command line: demos (small sizes), show/lower on program files, bench, help."""
+"""The ``tecomp`` command line: demos (small sizes), show/lower on program files, bench, help.
+
+(The installed ``tecomp`` console script is run by ``test_ux_fresh_venv.py``.)
+"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -117,8 +118,3 @@ def test_bench_calls_the_benchmark_main(tmp_path, monkeypatch, capsys):
     assert cli.main(["bench", "--quick"]) == 0
     assert "BENCH ['--quick']" in capsys.readouterr().out
 
-
-def test_console_script_entry_point():
-    res = subprocess.run([sys.executable, "-m", "tecomp.cli", "--version"], capture_output=True,
-                         text=True, timeout=60)
-    assert res.returncode == 0 and res.stdout.startswith("tecomp ")
