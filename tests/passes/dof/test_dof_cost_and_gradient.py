@@ -27,6 +27,20 @@ def test_dof_flops_against_hessian_method(n, r, bound, rng):
     assert dof.iterations < hess.iterations
 
 
+@pytest.mark.parametrize("kind, bound", [("dense", 0.55), ("laplacian", 0.55), ("rank", 0.10)])
+def test_dof_flops_on_depth4_tanh_mlp(kind, bound, rng):
+    """The issue's MLP shape (four tanh layers, width > N), small: N = 10, width 16."""
+    n = 10
+    x, u, _ = _mlp(n, [16] * 4, 8, rng)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    M = rng.standard_normal((n // 10, n))
+    A = {"dense": Q @ np.diag(np.linspace(-2.0, 2.0, n) + 0.05) @ Q.T, "laplacian": np.eye(n),
+         "rank": M.T @ M}[kind]
+    dof = tc.cost([tc.diff_operator(u, x, A)])
+    hess = tc.cost([tc.diff_operator(u, x, A, method="hessian")])
+    assert dof.flops <= bound * hess.flops, (dof, hess)
+
+
 def _laplacian_loss(rng):
     x, u, vals = _mlp(2, [4, 3], 5, rng)
     vals[x] = rng.uniform(-1, 1, (5, 2))
