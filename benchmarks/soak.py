@@ -1,6 +1,7 @@
 """Soak test: many random programs through the compiler, failures counted and reported.
 
     python benchmarks/soak.py --programs 10000 --gradients 1000 [--seed 0] [--opt-level 1]
+    python benchmarks/soak.py --kernels 1000     # memory while compiling distinct kernels
 
 Draws programs from the hypothesis strategies of the reliability tests
 (``tests/reliability/strategies.py``) and checks, for each:
@@ -19,6 +20,7 @@ first message line).  Exit status 1 when anything failed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -65,6 +67,32 @@ class Tally:
             self.failures.setdefault(key, (prog.text, traceback.format_exc()[-2000:]))
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def compile_memory(count: int) -> int:
+    """Build ``count`` distinct kernels through ``tc.build``; print the RSS as it goes."""
+    from tecomp.codegen.cache import KERNELS
+
+    n = tc.var("n")
+    A = tc.placeholder((n, 16), name="A")
+    k = tc.reduce_axis(16, name="k")
+    a = np.ones((8, 16), np.float32)
+    start = _rss_mb()
+    t0 = time.perf_counter()
+    for c in range(count):
+        S = tc.compute((n,), lambda i, c=c: tc.sum(tc.sin(A[i, k] * (1.0 + c * 1e-3)), axis=k),
+                       name="S")
+        tc.build(S, [A])(a)
+        if (c + 1) % max(1, count // 10) == 0:
+            print(f"  {c + 1:5d} kernels: RSS {_rss_mb():7.1f} MiB "
+                  f"(+{_rss_mb() - start:.1f}), cache holds {len(KERNELS)} "
+                  f"(max {KERNELS.maxsize}), {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=10000)
@@ -72,7 +100,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opt-level", type=int, default=1)
     ap.add_argument("--o3-every", type=int, default=25)
+    ap.add_argument("--kernels", type=int, default=0,
+                    help="only compile this many distinct kernels (tc.build, O3) and report "
+                         "the resident set size")
     args = ap.parse_args()
+    if args.kernels:
+        return compile_memory(args.kernels)
     warnings.simplefilter("ignore")
     from gradcheck import check_gradient
     from strategies import programs
