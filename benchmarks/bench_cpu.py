@@ -281,7 +281,8 @@ def table(rows: list[dict[str, Any]], peers: dict[str, str]) -> str:
                    f"×, geometric mean {geomean([x for x in tvm if x]):.0f}×")
     mm = [r for r in rows if r["case"] == "matmul 512^3" and "numpy fwd" in r]
     if mm:
-        out.append(f"* matmul 512^3 float32: tecomp at {mm[0]['numpy fwd'] / mm[0]['tecomp fwd']:.0%}"
+        frac = mm[0]["numpy fwd"] / mm[0]["tecomp fwd"]
+        out.append(f"* matmul 512^3 float32: tecomp at {frac:.0%}"
                    f" of NumPy/OpenBLAS ({2 * 512 ** 3 / mm[0]['tecomp fwd'] / 1e9:.0f} GFLOP/s)")
     notes = [f"* {r['case']}: {n}" for r in rows for n in r["notes"]]
     if notes:

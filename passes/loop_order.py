@@ -106,11 +106,13 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     if any(_has_reduce(x) for x in children(body)):
         return None
     j = axes[-1].var
-    for ax in body.axes:
-        if j in _vars(ax.lo) or j in _vars(ax.extent):
-            return None
     raxes, (rbody, where) = rename_axes(body.axes, (body.body, body.where),
                                         taken | {ax.var.name for ax in axes})
+    jlo_t, jhi_t = axes[-1].lo, upper(axes[-1].lo, axes[-1].extent)
+    bounds = invert_bounds(raxes, j, jlo_t, jhi_t)
+    if bounds is None:
+        return None
+    kbounds, jlos, jhis = bounds
     k = raxes[-1].var
     reads = tensor_reads(rbody)
     store_idx = tuple(ax.var for ax in axes)
@@ -118,14 +120,19 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     score_k = sum(_unit_stride(r.indices, k) for r in reads)
     if score_j <= score_k:
         return None
-    jlo, jhi = conv(axes[-1].lo), conv(upper(axes[-1].lo, axes[-1].extent))
+    jlo, jhi = conv(jlo_t), conv(jhi_t)
     init = For(j, jlo, jhi, Store(buf, store_idx, identity("sum", buf.dtype)))
     acc: Stmt = Store(buf, store_idx, conv(rbody), "sum")
     if where is not None:
         acc = IfThenElse(conv(where), acc)
-    stmt: Stmt = For(j, jlo, jhi, acc)
-    for ax in reversed(raxes):
-        stmt = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), stmt)
+    ilo, ihi = jlo_t, jhi_t
+    for t in jlos:
+        ilo = E.maximum(ilo, t)
+    for t in jhis:
+        ihi = E.minimum(ihi, t)
+    stmt: Stmt = For(j, conv(ilo), conv(ihi), acc)
+    for ax, (lo, hi) in zip(reversed(raxes), reversed(kbounds)):
+        stmt = For(ax.var, conv(lo), conv(hi), stmt)
     stmt = Seq((init, stmt))
     outer = axes[:-1]
     for n in range(len(outer) - 1, -1, -1):
@@ -133,3 +140,74 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
         kind = "parallel" if n == 0 and parallel else "serial"
         stmt = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), stmt, kind=kind)
     return stmt
+
+
+def _lower_terms(e: E.Expr) -> list[E.Expr]:
+    """``max(a, max(b, c))`` -> ``[a, b, c]`` (the terms a lower bound is the maximum of)."""
+    if isinstance(e, E.Max):
+        return _lower_terms(e.a) + _lower_terms(e.b)
+    return [e]
+
+
+def _upper_terms(e: E.Expr) -> list[E.Expr]:
+    """``min(a, b) + c`` -> ``[a + c, b + c]`` (an exclusive upper bound as a minimum)."""
+    if isinstance(e, E.Min):
+        return _upper_terms(e.a) + _upper_terms(e.b)
+    if isinstance(e, E.Add) and isinstance(e.b, E.Const) and isinstance(e.a, E.Min):
+        return [E.add(t, e.b) for t in _upper_terms(e.a)]
+    return [e]
+
+
+def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Expr):
+    """Bounds of the reduction axes once the data axis ``j`` (range ``[jlo, jhi)``) moves
+    inside them, and the extra bounds of ``j`` (Fourier–Motzkin on unit coefficients).
+
+    A reduction bound that is a max (lower) or min (upper, exclusive) of terms each affine in
+    ``j`` with coefficient 0, 1 or -1 is split: every term in ``j`` becomes a bound of ``j``
+    (``k >= j + r`` gives ``j < k - r + 1``; ``k >= r - j`` gives ``j >= r - k``; ``k < j + r``
+    gives ``j >= k - r + 1``; ``k < r - j`` gives ``j < r - k``) and is replaced, in ``k``'s
+    bound, by its extreme over ``[jlo, jhi)`` (a superset of ``k``'s values for every ``j``;
+    the new bounds of ``j`` keep exactly the original pairs).  Worked example, the input
+    gradient of a 3-wide convolution over 32 outputs: ``for k in [max(j - 31, 0), min(j, 2)
+    + 1)`` inside ``j in [0, 34)`` becomes ``for k in [0, 3)`` around ``j in [max(0, k),
+    min(34, k + 32))``.  Returns ``(((lo, hi) per axis), j lower terms, j upper terms)``, or
+    None when a bound is not of that form.
+    """
+    from tecomp.functor import substitute
+
+    kb, jl, jh = [], [], []
+    jlast = E.sub(jhi, 1)
+    for ax in raxes:
+        k = ax.var
+        lo, hi = ax.lo, upper(ax.lo, ax.extent)
+        if j not in _vars(lo) and j not in _vars(hi):
+            kb.append((lo, hi))
+            continue
+        nlo: E.Expr | None = None
+        nhi: E.Expr | None = None
+        for t in _lower_terms(lo):
+            c = coefficient(t, j)
+            if c not in (0, 1, -1):
+                return None
+            r = substitute(t, {j: E.Const(0, j.dtype)})
+            if c == 1:
+                jh.append(E.add(E.sub(k, r), 1))
+                t = substitute(t, {j: jlo})
+            elif c == -1:
+                jl.append(E.sub(r, k))
+                t = substitute(t, {j: jlast})
+            nlo = t if nlo is None else E.maximum(nlo, t)
+        for t in _upper_terms(hi):
+            c = coefficient(t, j)
+            if c not in (0, 1, -1):
+                return None
+            r = substitute(t, {j: E.Const(0, j.dtype)})
+            if c == 1:
+                jl.append(E.add(E.sub(k, r), 1))
+                t = substitute(t, {j: jlast})
+            elif c == -1:
+                jh.append(E.sub(r, k))
+                t = substitute(t, {j: jlo})
+            nhi = t if nhi is None else E.minimum(nhi, t)
+        kb.append((nlo, nhi))
+    return kb, jl, jh

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import CompileError, TecompError
 from ...loopir import LoweredFunc
+from ...passes.schedule import fuse_parallel
 from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
@@ -40,7 +41,30 @@ def disk_key(memory_key: str) -> str:
     import llvmlite.binding as llvm
 
     versions = f"llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
-    return hashlib.sha256(f"{memory_key}|{versions}".encode()).hexdigest()
+    return hashlib.sha256(f"{memory_key}|{versions}|{code_version()}".encode()).hexdigest()
+
+
+_code_version: list[str] = []
+
+
+def code_version() -> str:
+    """A digest of this backend's own source (and the loop-IR scheduling passes), so that a
+    changed code generator never reuses machine code an older one stored on disk."""
+    if not _code_version:
+        import hashlib
+        from pathlib import Path
+
+        here = Path(__file__).resolve().parent
+        files = sorted(here.glob("*.py")) + sorted((here.parent.parent / "passes").glob(
+            "schedule*.py")) + [here.parent.parent / "passes" / "loop_order.py"]
+        h = hashlib.sha256()
+        for f in files:
+            try:
+                h.update(f.name.encode() + b"\0" + f.read_bytes())
+            except OSError:
+                h.update(f.name.encode() + b"\0missing")
+        _code_version.append(h.hexdigest()[:16])
+    return _code_version[0]
 
 
 def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
@@ -49,7 +73,9 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     """Compile ``func`` for the host CPU (stages: emit, verify, optimise, jit).
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
-    takes the thread count as its last argument (``JitFunction.threads``).  Failures raise
+    takes the thread count as its last argument (``JitFunction.threads``); short parallel
+    loops are first collapsed with their nested loops (:func:`~tecomp.passes.schedule.
+    fuse_parallel`) so that every core gets work.  Failures raise
     :class:`~tecomp.errors.CompileError` naming the stage.  Compiled code is looked up in the
     in-memory ``cache``, then in the persistent ``disk`` cache (default:
     :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs.
@@ -78,7 +104,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     def compile_now() -> JitFunction:
         with LOCK:
             try:
-                module = emit_module(func, threads=threads)
+                module = emit_module(fuse_parallel(func) if threads else func,
+                                     threads=threads)
             except TecompError:
                 raise
             except Exception as err:  # llvmlite type errors are bugs of the emitter or the IR

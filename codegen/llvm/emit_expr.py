@@ -15,9 +15,12 @@ Semantics, following the reference evaluator (:mod:`tecomp.evaluate`):
   the evaluator's convention, never a trap) and a divisor of -1 is handled apart so that
   ``INT_MIN // -1`` wraps instead of trapping.  With a constant divisor LLVM folds all of this.
 * ``//`` and ``%`` on floats follow NumPy's ``divmod`` (``fmod`` then a sign fix).
-* ``if_then_else`` evaluates only the chosen arm when an arm reads memory (a read may be out
-  of bounds where the condition is false, e.g. padding): it emits branches and a ``phi``.
-  Arms without loads cannot fault, so both are computed and an LLVM ``select`` picks one.
+* ``if_then_else`` must not fault where a read in the arm not taken is out of bounds (e.g.
+  padding).  When every buffer such an arm reads has constant, non-zero extents, both arms are
+  computed with each load's indices clamped into the buffer (the same element where the read
+  is in bounds, a harmless one elsewhere) and an LLVM ``select`` picks one: branch-free code
+  that loops can vectorise.  Otherwise only the chosen arm runs (branches and a ``phi``).
+  Arms without loads cannot fault, so both are computed and ``select`` picks one.
   ``&`` and ``|`` short-circuit the same way when their right operand reads memory.
 * Math calls use LLVM intrinsics where they exist and the C library otherwise (``tanh``,
   ``erf``); ``sigmoid(x)`` is ``1 / (1 + exp(-x))``.
@@ -77,6 +80,8 @@ class ExprEmitter:
         self.env: dict[E.Var, ir.Value] = {}
         self.buffers: dict[Buffer, ir.Value] = {}
         self._loads: dict[int, bool] = {}
+        self._safe: dict[int, bool] = {}
+        self._speculating = 0  # > 0: loads clamp their indices into the buffer (see Select)
         self._memo: dict[tuple[int, int], tuple[Any, ir.Value]] = {}
 
     # ----------------------------------------------------------------------- entry points
@@ -146,7 +151,11 @@ class ExprEmitter:
             raise CompileError(f"emit: variable {e.name!r} is not bound here") from None
 
     def visit_BufferLoad(self, e: BufferLoad) -> ir.Value:
-        v = T.load_value(self.b, self.address(e.buffer, e.indices), e.buffer.dtype)
+        if self._speculating:
+            ptr = self._clamped_address(e.buffer, e.indices)
+        else:
+            ptr = self.address(e.buffer, e.indices)
+        v = T.load_value(self.b, ptr, e.buffer.dtype)
         return T.convert(self.b, v, e.buffer.dtype, e.dtype)
 
     # ----------------------------------------------------------------------- arithmetic
@@ -256,8 +265,35 @@ class ExprEmitter:
     def visit_Select(self, e: E.Select) -> ir.Value:
         c = self.emit(e.cond, "bool")
         if self.reads_memory(e.t) or self.reads_memory(e.f):
-            return self._branch(c, lambda: self.emit(e.t, e.dtype), lambda: self.emit(e.f, e.dtype))
+            if not (self.speculatable(e.t) and self.speculatable(e.f)):
+                return self._branch(c, lambda: self.emit(e.t, e.dtype),
+                                    lambda: self.emit(e.f, e.dtype))
+            self._speculating += 1  # both arms, with every load clamped into its buffer
+            try:
+                t, f = self.emit(e.t, e.dtype), self.emit(e.f, e.dtype)
+            finally:
+                self._speculating -= 1
+            return self.b.select(c, t, f)
         return self.b.select(c, self.emit(e.t, e.dtype), self.emit(e.f, e.dtype))
+
+    def _clamped_address(self, buf: Buffer, indices: tuple[E.Expr, ...]) -> ir.Value:
+        """Like :meth:`address`, each index clamped into ``[0, extent - 1]``: in bounds, the
+        same element; out of bounds, some element of the buffer (never a fault)."""
+        zero = ir.Constant(T.I64, 0)
+        clamped = []
+        for d, ix in enumerate(indices):
+            top = ir.Constant(T.I64, int(buf.shape[d].value) - 1)
+            i = T.intrinsic(self.b, "smax", [self.index(ix), zero])
+            clamped.append(T.intrinsic(self.b, "smin", [i, top]))
+        base = self.buffers.get(buf)
+        if base is None or len(indices) != buf.ndim:
+            return self.address(buf, indices)  # raises the usual error
+        off: ir.Value = zero
+        for d, i in enumerate(clamped):
+            off = i if d == 0 else self.b.add(
+                self.b.mul(off, ir.Constant(T.I64, int(buf.shape[d].value)), flags=("nsw",)), i,
+                flags=("nsw",))
+        return self.b.gep(base, [off], inbounds=True, source_etype=T.mem_type(buf.dtype))
 
     def _branch(self, cond: ir.Value, then: Callable[[], ir.Value],
                 other: Callable[[], ir.Value]) -> ir.Value:
@@ -317,6 +353,21 @@ class ExprEmitter:
     visit_Reduce = visit_TensorRead = visit_IterVar = _unlowered
 
     # ----------------------------------------------------------------------- analysis
+    def speculatable(self, e: E.Expr) -> bool:
+        """Whether ``e`` may be evaluated where its guard is false once its loads are clamped:
+        every load is from a buffer of constant, non-zero extents (so a clamped index always
+        names an element) and nothing else in it can fault."""
+        key = id(e)
+        hit = self._safe.get(key)
+        if hit is None:
+            if isinstance(e, BufferLoad):
+                hit = all(isinstance(d, E.Const) and int(d.value) > 0 for d in e.buffer.shape)
+                hit = hit and all(self.speculatable(i) for i in e.indices)
+            else:
+                hit = all(self.speculatable(c) for c in children(e))
+            self._safe[key] = hit
+        return hit
+
     def reads_memory(self, e: E.Expr) -> bool:
         """Whether evaluating ``e`` loads from a buffer (so it must not be speculated)."""
         key = id(e)

@@ -1,0 +1,187 @@
+"""CPU scheduling of lowered loop nests: enough parallel iterations for every core.
+
+Lowering marks the outermost data loop of each stage ``"parallel"``.  When that loop is short
+(a batch of 1 in a convolution, 3 output channels), only one or a few threads get work.
+:func:`fuse_parallel` collapses it with the perfectly nested loops below it (the classic
+``collapse`` clause of OpenMP; loop coalescing, Polychronopoulos 1987) until the fused loop has
+at least ``min_trips`` iterations::
+
+    parallel for (b, 0, 1) {                 parallel for (f, 0, 16) {
+      for (c, 0, 16) {            ==>           let b = f // 16 { let c = f % 16 {
+        body(b, c) } }                              body(b, c) } }
+
+Legality.  The outer loop is parallel (lowering guarantees its iterations write disjoint
+elements).  A nested loop joins it only when (1) its bounds are constants and its step is 1,
+(2) it is the whole body of the loop above (a perfect nest), and (3) its variable is an index,
+as a bare variable, of every store in its body to a buffer allocated outside it, and every
+load of such a stored buffer uses exactly the index tuple of a store to it.  Then distinct
+``(outer, inner)`` pairs write distinct elements and read only what they write themselves, so
+the fused iterations are independent.  Scatter loops are never parallel and are left alone.
+
+The pass keeps the program's meaning exactly (the same statements run with the same variable
+values; only the thread that runs them changes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.functor import children, fresh_name
+from tecomp.loopir import (
+    Allocate,
+    Buffer,
+    BufferLoad,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoweredFunc,
+    Seq,
+    Stmt,
+    Store,
+)
+
+
+def fuse_parallel(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
+    """Collapse short top-level parallel loops with their nested data loops (see above)."""
+    names = _names(func.body) | {p.name for p in func.params}
+    body = _top(func.body, min_trips, names)
+    return func if body is func.body else replace(func, body=body)
+
+
+def _top(s: Stmt, min_trips: int, names: set[str]) -> Stmt:
+    if isinstance(s, Seq):
+        items = tuple(_top(x, min_trips, names) for x in s.stmts)
+        return s if all(a is b for a, b in zip(items, s.stmts)) else Seq(items)
+    if isinstance(s, Allocate):
+        body = _top(s.body, min_trips, names)
+        return s if body is s.body else Allocate(s.buffer, body)
+    if isinstance(s, For) and s.kind == "parallel":
+        return _fuse(s, min_trips, names)
+    return s
+
+
+def _const(e: E.Expr) -> int | None:
+    return int(e.value) if isinstance(e, E.Const) else None
+
+
+def _trips(s: For) -> int | None:
+    lo, hi = _const(s.lo), _const(s.hi)
+    if lo is None or hi is None:
+        return None
+    return max(0, -(-(hi - lo) // s.step))
+
+
+def _fuse(loop: For, min_trips: int, names: set[str]) -> Stmt:
+    chain = [loop]
+    total = _trips(loop)
+    if total is None or loop.step != 1:
+        return loop
+    while total < min_trips:
+        inner = chain[-1].body
+        if not (isinstance(inner, For) and inner.step == 1 and _trips(inner) is not None
+                and _const(inner.lo) == 0 and _independent(inner)):
+            break
+        chain.append(inner)
+        total *= _trips(inner)
+    if len(chain) == 1:
+        return loop
+    if _const(loop.lo) != 0:
+        return loop
+    fused = E.Var(fresh_name("fused", names), loop.var.dtype)
+    names.add(fused.name)
+    body = chain[-1].body
+    stride = 1
+    for s in reversed(chain):
+        n = _trips(s)
+        idx: E.Expr = fused if stride == 1 else E.FloorDiv(fused, E.Const(stride, "int64"),
+                                                            "int64")
+        if s is not chain[0]:
+            idx = E.Mod(idx, E.Const(n, "int64"), "int64")
+        body = LetStmt(s.var, _as(idx, s.var.dtype), body)
+        stride *= n
+    return For(fused, E.Const(0, fused.dtype), E.Const(total, fused.dtype), body,
+               kind="parallel")
+
+
+def _as(e: E.Expr, dtype: str) -> E.Expr:
+    return e if e.dtype == dtype else E.Cast(e, dtype)
+
+
+def _independent(loop: For) -> bool:
+    """Whether distinct iterations of ``loop`` write distinct elements and read only their own
+    (condition (3) of the module docstring)."""
+    stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    loads: list[BufferLoad] = []
+    local: set[Buffer] = set()
+    _collect(loop.body, stores, loads, local)
+    for buf, idxs in stores.items():
+        if buf in local:
+            continue
+        if any(loop.var not in idx for idx in idxs):
+            return False
+    for ld in loads:
+        if ld.buffer in stores and ld.buffer not in local and ld.indices not in stores[ld.buffer]:
+            return False
+    return True
+
+
+def _collect(s: Stmt, stores: dict, loads: list, local: set) -> None:
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _collect(x, stores, loads, local)
+    elif isinstance(s, For):
+        _loads(s.lo, loads)
+        _loads(s.hi, loads)
+        _collect(s.body, stores, loads, local)
+    elif isinstance(s, Allocate):
+        local.add(s.buffer)
+        _collect(s.body, stores, loads, local)
+    elif isinstance(s, IfThenElse):
+        _loads(s.cond, loads)
+        _collect(s.then, stores, loads, local)
+        if s.else_ is not None:
+            _collect(s.else_, stores, loads, local)
+    elif isinstance(s, LetStmt):
+        _loads(s.value, loads)
+        _collect(s.body, stores, loads, local)
+    elif isinstance(s, Store):
+        stores.setdefault(s.buffer, []).append(s.indices)
+        for i in s.indices:
+            _loads(i, loads)
+        _loads(s.value, loads)
+    else:  # an unknown statement: refuse by pretending it writes everywhere
+        stores.setdefault(Buffer("?", (), "float32"), []).append(())
+
+
+def _loads(e: E.Expr, out: list) -> None:
+    stack = [e]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, BufferLoad):
+            out.append(x)
+            stack.extend(x.indices)
+        else:
+            stack.extend(children(x))
+
+
+def _names(s: Stmt) -> set[str]:
+    out: set[str] = set()
+    stack: list = [s]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (For, LetStmt)):
+            out.add(x.var.name)
+        if isinstance(x, Seq):
+            stack.extend(x.stmts)
+        elif isinstance(x, (For, LetStmt, Allocate)):
+            stack.append(x.body)
+        elif isinstance(x, IfThenElse):
+            stack.append(x.then)
+            if x.else_ is not None:
+                stack.append(x.else_)
+    return out
