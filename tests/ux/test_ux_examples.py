@@ -32,3 +32,19 @@ def test_custom_gradient_example(capsys):
     _load("custom_gradient").main()  # asserts against the hand-written STE gradient itself
     out = capsys.readouterr().out
     assert "straight-through gradient" in out and "max error vs hand-written 0.00e+00" in out
+
+
+def test_butterfly_dct_example_small(capsys):
+    pytest.importorskip("scipy")
+    import numpy as np
+
+    mod = _load("butterfly_dct")
+    rng = np.random.default_rng(0)
+    x = mod.audio_frames(64, 4, rng)
+    mod.part1(x)
+    mod.part2(x)
+    mod.part3(rng, n=8, batch=16, steps=5)
+    out = capsys.readouterr().out
+    err = float(out.split("max |tecomp - scipy| = ")[1].split()[0])
+    assert err < 1e-10
+    assert "[2] float16" in out and "learning a 8-point butterfly" in out
