@@ -154,7 +154,10 @@ def tvm_fns(case, arrays, head):
     import tvm
     from tvm import te
 
-    ph = [te.placeholder(x.shape, name=x.name, dtype=x.dtype) for x in case.inputs]
+    # TVM's take gradient wants int32 indices
+    dts = ["int32" if x.dtype == "int64" else x.dtype for x in case.inputs]
+    arrays = [a.astype(d) for a, d in zip(arrays, dts)]
+    ph = [te.placeholder(x.shape, name=x.name, dtype=d) for x, d in zip(case.inputs, dts)]
     out = case.tvm(*ph)
     H = te.placeholder(tuple(int(s) for s in out.shape), name="head", dtype=out.dtype)
     diff = [p for p, x in zip(ph, case.inputs) if x.diff]
