@@ -70,3 +70,24 @@ def _two_layer_g_ndim(n):
 def test_large_rank_is_blocked_small_rank_is_not():
     assert _two_layer_g_ndim(8) == {3}      # (batch, width, r)
     assert _two_layer_g_ndim(250) == {4}    # (batch, blocks, width, block)
+
+
+def test_gradient_through_blocked_laplacian(rng, small_blocks):
+    """Reverse mode through the blocked layout (the PINN path): d loss / d W0 against
+    central differences in one random direction."""
+    n, b = 5, 3
+    x = ph((b, n), "x")
+    vals = {}
+    u = NETS["mlp2"](x, rng, vals)
+    vals[x] = rng.uniform(-1.0, 1.0, (b, n))
+    lap = tc.laplacian(u, x)
+    i = tc.reduce_axis(b, "i")
+    loss = tc.compute((), lambda: tc.sum(lap[i] * lap[i], axis=i), name="loss")
+    W0 = next(t for t in vals if t.name == "W0")
+    (g,) = tc.evaluate(tc.gradient(loss, [W0]), vals)
+    d = rng.standard_normal(g.shape)
+
+    def at(h):
+        return float(tc.evaluate([loss], {**vals, W0: vals[W0] + h * d})[0])
+    fd = (at(1e-5) - at(-1e-5)) / 2e-5
+    assert abs(float(np.sum(g * d)) - fd) <= 1e-6 * (abs(fd) + 1.0)
