@@ -83,20 +83,17 @@ def jax_methods(params: list[np.ndarray]) -> dict[str, Callable]:
         return jax.vmap(lambda x: jnp.trace(jax.hessian(u)(x)))(xs)
 
     def dof(xs):  # value, L grad (L = I: the Jacobian, batch x width x N), operator
-        G = ps[0]                                      # the first layer's, batch-invariant
-        z = xs @ ps[0].T + ps[1]
-        s = jnp.zeros_like(z)
-        gram = jnp.sum(G * G, axis=1)
-        for layer in range(DEPTH):
-            if layer:
-                W = ps[2 * layer]
-                z = h @ W.T + ps[2 * layer + 1]
-                G = jnp.einsum("jn,bnk->bjk", W, Gh)
-                s = sh @ W.T
-                gram = jnp.sum(G * G, axis=-1)
+        def act(z, s, gram):
             h = jnp.tanh(z)
             f1 = 1.0 - h * h
-            sh = f1 * s - 2.0 * h * f1 * gram
+            return h, f1, f1 * s - 2.0 * h * f1 * gram
+        G = ps[0]                                      # the first layer's, batch-invariant
+        h, f1, sh = act(xs @ ps[0].T + ps[1], 0.0, jnp.sum(G * G, axis=1))
+        Gh = f1[..., None] * G
+        for layer in range(1, DEPTH):
+            W = ps[2 * layer]
+            G = jnp.einsum("jn,bnk->bjk", W, Gh)
+            h, f1, sh = act(h @ W.T + ps[2 * layer + 1], sh @ W.T, jnp.sum(G * G, axis=-1))
             Gh = f1[..., None] * G
         return sh @ ps[-1]
 
