@@ -121,6 +121,82 @@ class _Replace(ExprMutator):
         return super().visit(e)
 
 
+def _flops(e: E.Expr) -> int:
+    return sum(1 for x in walk(e) if isinstance(x, (E.BinaryOp, E.Neg, E.Call))
+               and x.dtype.startswith(("float", "bfloat")))
+
+
+def _regrouped(red: E.Reduce, axes: list[E.Var]) -> tuple[list[E.Expr], list[E.Expr], int]:
+    """Split a sum's factors into a product that skips one output axis and the rest: for
+    ``Σ_t dH[t, j] · X[t, c] · (1 - H[t, j]²)``, ``[dH[t, j], 1 - H[t, j]²]`` and ``[X[t, c]]``.
+    """
+    num, den, sign = _factors(red.body)
+    if den or len(num) < 3:
+        return [], num, sign
+    best: list[E.Expr] = []
+    for skip in axes:
+        group = [f for f in num if skip not in free_vars(f)]
+        if 2 <= len(group) < len(num) and len(group) > len(best):
+            best = group
+    rest = [f for f in num if not any(f is g for g in best)]
+    return best, rest, sign
+
+
+def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tensor],
+                   sizes: set[E.Var]) -> dict[E.Expr, E.Expr]:
+    """Inside unconditional sums over a box, stash sub-expressions that skip an output axis.
+
+    ``dW[j, c] = Σ_t dH[t, j] · (1 - H[t, j]²) · X[t, c]``: the first two factors depend on
+    ``(j, t)`` only, so they become a stage ``S[j, t]`` computed once, not once per ``c``.
+    """
+    mapping: dict[E.Expr, E.Expr] = {}
+    for red in _unconditional(body):
+        if not isinstance(red, E.Reduce) or red.where is not None:
+            continue
+        rvars = [a.var for a in red.axes]
+        if any((free_vars(a.lo) | free_vars(a.extent)) - sizes for a in red.axes):
+            continue  # not a box: a stage over it would need a shape depending on loops
+        group, rest, sign = _regrouped(red, axes)
+        prod = _product(group, red.dtype) if group else None
+        for x in ([prod] if prod is not None else []) + _unconditional(red.body):
+            if x in mapping or _flops(x) < 2 or isinstance(x, E.TensorRead):
+                continue
+            used = free_vars(x)
+            if used - set(axes) - set(rvars) - sizes:
+                continue
+            out_used = [a for a in t.op.axes if a.var in used]
+            if len(out_used) >= len(axes):
+                continue
+            red_used = [a for a in red.axes if a.var in used]
+            if not red_used or any(x in walk(m) for m in mapping):
+                continue
+            new_axes, shape, idx, sub = [], [], [], {}
+            for a in out_used:
+                new_axes.append(a)
+                shape.append(t.shape[axes.index(a.var)])
+                idx.append(a.var)
+            for a in red_used:
+                v = E.Var(a.var.name, "int64")
+                new_axes.append(E.IterVar(v, E.Const(0, "int64"), a.extent, "data"))
+                shape.append(a.extent)
+                idx.append(E.sub(a.var, a.lo))
+                sub[a.var] = E.add(v, a.lo)
+            from tecomp.functor import substitute
+
+            name = f"{t.name}_inv{len(stages)}"
+            stage = Tensor(name, tuple(shape), x.dtype,
+                           ComputeOp(tuple(new_axes), substitute(x, sub), None))
+            stages.append(stage)
+            read = E.TensorRead(stage, tuple(idx), x.dtype)
+            if x is prod:
+                body = E.mul(read, _product(rest, red.dtype))
+                mapping[red] = make_reduce("sum", body if sign > 0 else E.neg(body), red.axes,
+                                           red.where, red.dtype)
+                break
+            mapping[x] = read
+    return mapping
+
+
 def stash_invariants(t: Tensor) -> list[Tensor]:
     """``[new stages..., t']``: ``t`` with lower-dimensional work moved into new stages."""
     if not isinstance(t.op, ComputeOp) or len(t.op.axes) < 1:
@@ -128,6 +204,9 @@ def stash_invariants(t: Tensor) -> list[Tensor]:
     axes = [a.var for a in t.op.axes]
     mapping: dict[E.Expr, E.Expr] = {}
     stages: list[Tensor] = []
+    bound_anywhere = {a.var for x in walk(t.op.body) if isinstance(x, E.Reduce) for a in x.axes}
+    sizes = free_vars(t.op.body) - set(axes) - bound_anywhere
+    mapping.update(_stash_in_sums(t, t.op.body, axes, stages, sizes))
     for x in _unconditional(t.op.body):
         if x in mapping or not _expensive(x) or isinstance(x, E.TensorRead):
             continue
