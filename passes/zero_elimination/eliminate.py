@@ -65,6 +65,23 @@ def _conjuncts(e: E.Expr) -> list[E.Expr]:
     return [e]
 
 
+def _prune(terms: list[tuple[Affine, int]], known: list[Affine],
+           upper: bool) -> list[tuple[Affine, int]]:
+    """Drop bound terms another term always dominates (``max(0, j - 9)`` stays, but
+    ``max(0, -1)`` loses its ``-1``): equal divisors only, proven by :func:`implied`."""
+    out = list(terms)
+    for t in terms:
+        for u in out:
+            if u is t or u[1] != t[1]:
+                continue
+            # lower bounds: drop t when u >= t everywhere; upper bounds: when u <= t
+            diff = (t[0] - u[0]) if upper else (u[0] - t[0])
+            if implied(diff, known):
+                out = [x for x in out if x is not t]
+                break
+    return out
+
+
 def _window(lows: list[tuple[Affine, int]],
             ups: list[tuple[Affine, int]]) -> tuple[Affine, int] | None:
     """An upper bound ``c*t <= u`` with a lower bound ``c*t >= u - (c - 1)``: one solution."""
@@ -74,6 +91,24 @@ def _window(lows: list[tuple[Affine, int]],
             if a == b and d.is_constant() and d.const == a - 1:
                 return aff_u, a
     return None
+
+
+def _atom_ranges(bridge: AffineBridge) -> list[Affine]:
+    """``0 <= x % c < c`` for the modulo atoms (known facts for pruning guards)."""
+    out = []
+    for name, e in list(bridge.atom_exprs.items()):
+        if not (isinstance(e, (E.Mod, E.FloorDiv)) and isinstance(e.b, E.Const)
+                and e.b.value > 0):
+            continue
+        a, c = Affine.var(name), int(e.b.value)
+        if isinstance(e, E.Mod):
+            out += [a, Affine.constant(c - 1) - a]
+            continue
+        inner = AffineBridge(set()).to_affine(e.a)  # floor division: c·a <= x <= c·a + c - 1
+        if inner is not None and all(v in bridge.atom_exprs or not v.startswith("_")
+                                     for v in inner.variables):
+            out += [inner - a * c, a * c + (c - 1) - inner]
+    return out
 
 
 def implied(c: Affine, context: list[Affine]) -> bool:
@@ -192,11 +227,18 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         if projected is None:
             return None
         cons = projected
+    if context is not None:
+        context = context + _atom_ranges(bridge)
     for c in cons:  # conditions on the output variables and sizes alone
         if context is not None and implied(c, context):
             continue
         guard.append(E.compare(E.GE, bridge.to_expr(c), 0))
 
+    if context is not None:
+        known = context + [c for c in cons]  # facts about the outer variables and sizes
+        for name in t_names:
+            lows, ups = bounds[name]
+            bounds[name] = (_prune(lows, known, upper=False), _prune(ups, known, upper=True))
     axes: list[E.IterVar] = []
     fixed: dict[E.Var, E.Expr] = {}  # variables with exactly one value: no loop
     pinned: list[E.Expr] = []  # the other bounds of those variables, as conditions

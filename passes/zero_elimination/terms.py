@@ -56,10 +56,12 @@ def _merge(a: Term, b: Term) -> Term | None:
 
 
 def _expand(e: E.Expr) -> list[Term] | None:
-    if isinstance(e, E.Zero):
+    if _is_zero(e):
         return []
-    if not has_delta(e) and not _has_guarded_sum(e):
+    if not has_delta(e) and not _has_guarded_sum(e) and not _has_mask(e):
         return [Term(factor=e)]
+    if isinstance(e, E.Cast) and e.value.dtype == "bool":
+        return [Term(conds=[e.value], factor=_one(e.dtype))]  # cast(mask) -> condition
     if isinstance(e, E.Add):
         a, b = _expand(e.a), _expand(e.b)
         return None if a is None or b is None else a + b
@@ -122,15 +124,24 @@ def _is_zero(e: E.Expr) -> bool:
     return isinstance(e, E.Zero) or (isinstance(e, E.Const) and e.value == 0)
 
 
+def _is_mask(y: E.Expr) -> bool:
+    """A zero-armed select or a boolean cast to a number: a condition in disguise."""
+    if isinstance(y, E.Select):
+        return _is_zero(y.t) or _is_zero(y.f)
+    return isinstance(y, E.Cast) and y.value.dtype == "bool"
+
+
+def _has_mask(e: E.Expr) -> bool:
+    return any(_is_mask(y) for y in walk(e))
+
+
 def _has_guarded_sum(e: E.Expr) -> bool:
-    """A sum whose where-condition or zero-armed select could become tighter bounds."""
+    """A sum whose where-condition or masks (zero-armed selects, boolean casts) could
+    become tighter bounds."""
     for x in walk(e):
         if isinstance(x, E.Reduce) and x.combiner == "sum":
-            if x.where is not None:
+            if x.where is not None or _has_mask(x.body):
                 return True
-            for y in walk(x.body):
-                if isinstance(y, E.Select) and (_is_zero(y.t) or _is_zero(y.f)):
-                    return True
     return False
 
 

@@ -135,10 +135,8 @@ def test_masked_dense_product_becomes_compact(rng, form, pattern):
     np.testing.assert_allclose(got.reshape(a * b * d, batch), M @ x, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="REPRO for zero elimination (not butterfly code): a mask "
-                   "written as if_then_else(mask, term, 0) inside the sum is not eliminated; "
-                   "the where= form is")
-def test_repro_masked_product_as_select_is_not_compact():
+@pytest.mark.parametrize("form", ["select", "cast"])
+def test_masked_product_as_select_or_cast_is_compact(form, rng):
     a, b, c, d = 2, 3, 4, 5
     K = tc.placeholder((a * b * d, a * c * d), name="K", dtype="float64")
     X = tc.placeholder((a * c * d, 3), name="X", dtype="float64")
@@ -146,10 +144,16 @@ def test_repro_masked_product_as_select_is_not_compact():
     def body(r, n):
         m = tc.reduce_axis(a * c * d, name="m")
         same = tc.all(tc.eq(r // (b * d), m // (c * d)), tc.eq(r % d, m % d))
-        return tc.sum(tc.if_then_else(same, K[r, m] * X[m, n], 0.0), axis=m)
+        if form == "select":
+            return tc.sum(tc.if_then_else(same, K[r, m] * X[m, n], 0.0), axis=m)
+        return tc.sum(tc.cast(same, "float64") * K[r, m] * X[m, n], axis=m)
 
     Y = tc.compute((a * b * d, 3), body, name="Ysel")
     assert tc.cost([Y], [K, X]).iterations == a * b * c * d * 3
+    k, x = rng.standard_normal((a * b * d, a * c * d)), rng.standard_normal((a * c * d, 3))
+    (want,) = tc.evaluate([Y], {K: k, X: x})
+    (got,) = tc.build([Y], [K, X])(k, x)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["dct2", "dht"])

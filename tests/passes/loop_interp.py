@@ -105,8 +105,8 @@ class Interpreter:
             a, b = c(e.a), c(e.b)
             op = {E.Add: lambda x, y: x + y, E.Sub: lambda x, y: x - y,
                   E.Mul: lambda x, y: x * y, E.Div: lambda x, y: x / y,
-                  E.Min: lambda x, y: x if x <= y else y,
-                  E.Max: lambda x, y: x if x >= y else y}[type(e)]
+                  E.Min: lambda x, y: np.minimum(x, y),  # NaN propagates, as in NumPy
+                  E.Max: lambda x, y: np.maximum(x, y)}[type(e)]
             return lambda env: _cast(op(a(env), b(env)), dt)
         if isinstance(e, (E.FloorDiv, E.Mod)):
             a, b = c(e.a), c(e.b)
@@ -183,7 +183,8 @@ class Interpreter:
             if s.reduce is not None:
                 old = arr[ix]
                 v = {"sum": lambda: old + v, "prod": lambda: old * v,
-                     "max": lambda: max(old, v), "min": lambda: min(old, v)}[s.reduce]()
+                     "max": lambda: np.maximum(old, v),
+                     "min": lambda: np.minimum(old, v)}[s.reduce]()
             arr[ix] = v
         elif isinstance(s, IfThenElse):
             if self.compile(s.cond)(env):
