@@ -22,8 +22,9 @@ Semantics, following the reference evaluator (:mod:`tecomp.evaluate`):
   that loops can vectorise.  Otherwise only the chosen arm runs (branches and a ``phi``).
   Arms without loads cannot fault, so both are computed and ``select`` picks one.
   ``&`` and ``|`` short-circuit the same way when their right operand reads memory.
-* Math calls use LLVM intrinsics where they exist and the C library otherwise (``tanh``,
-  ``erf``); ``sigmoid(x)`` is ``1 / (1 + exp(-x))``.
+* ``exp``, ``log``, ``tanh`` and ``sigmoid`` (``1 / (1 + exp(-x))``) are inline, vectorisable
+  implementations (:mod:`.vmath`); ``sqrt``, ``floor``, ``ceil`` are LLVM intrinsics, ``sin``,
+  ``cos``, ``pow`` intrinsics that become C library calls, ``erf`` the C library's.
 * float16 values are computed in single precision and every float16 operation rounds its
   result to half precision, so ``+ - * /`` give NumPy's float16 results bit for bit.
 * ``Delta(a, b)`` is 1 where ``a == b``, else 0; ``Zero`` is 0.
@@ -43,6 +44,7 @@ from ...errors import CompileError
 from ...functor import children
 from ...loopir import Buffer, BufferLoad
 from . import types as T
+from . import vmath
 
 
 def _arith_rule(fop: str, iop: str) -> Callable[[ExprEmitter, E.BinaryOp], ir.Value]:
@@ -334,14 +336,12 @@ class ExprEmitter:
             return T.intrinsic(b, "abs", [x, ir.Constant(T.I1, 0)])  # abs(INT_MIN) wraps
         if not T.is_float(e.dtype):
             raise CompileError(f"emit: tc.{e.name} of the integer expression {e}")
-        if e.name in ("exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "pow"):
+        if e.name in vmath.FUNCTIONS:
+            out = vmath.call(b, e.name, x)
+        elif e.name in ("sqrt", "sin", "cos", "floor", "ceil", "pow"):
             out = T.intrinsic(b, e.name, args, T.FAST)
-        elif e.name in ("tanh", "erf"):
+        elif e.name == "erf":
             out = T.libm(b, e.name, x)
-        elif e.name == "sigmoid":
-            one = ir.Constant(x.type, 1.0)
-            ex = T.intrinsic(b, "exp", [b.fneg(x, flags=T.FAST)], T.FAST)
-            out = b.fdiv(one, b.fadd(one, ex, flags=T.FAST), flags=T.FAST)
         else:
             raise CompileError(f"emit: unknown math function {e.name!r} in {e}")
         return out
