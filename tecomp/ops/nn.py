@@ -125,10 +125,26 @@ def avg_pool2d(X: Tensor, kernel: int | Sequence[int], stride=None, padding=0, d
     return _pool(X, kernel, stride, padding, dilation, "avg", name)
 
 
+def _same_extent(a: Expr, b: Expr, what_a: str, what_b: str) -> None:
+    """Raise when two extents certainly differ (constants that disagree, or different
+    expressions in the same sizes); symbolic extents that may agree are checked at call time."""
+    if a == b:
+        return
+    if hasattr(a, "value") and hasattr(b, "value"):
+        raise DeclarationError(f"{what_a} is {a.value} but {what_b} is {b.value}")
+
+
 def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, name: str = "dense") -> Tensor:
     """``X @ W.T + bias`` with ``X`` (batch, in), ``W`` (out, in), ``bias`` (out,)."""
     if X.ndim != 2 or W.ndim != 2:
         raise DeclarationError(f"dense: {X.name} and {W.name} must be 2-D")
+    _same_extent(X.shape[1], W.shape[1], f"dense {name}: {X.name} axis 1 (in features)",
+                 f"{W.name} axis 1 (W is (out, in))")
+    if bias is not None:
+        if bias.ndim != 1:
+            raise DeclarationError(f"dense {name}: bias {bias.name} must be 1-D")
+        _same_extent(W.shape[0], bias.shape[0], f"dense {name}: {W.name} axis 0 (out features)",
+                     f"bias {bias.name} axis 0")
     k = tc.reduce_axis(X.shape[1], name="k")
     if bias is None:
         return tc.compute((X.shape[0], W.shape[0]),

@@ -107,3 +107,11 @@ def test_op_errors():
         tc.ops.kron_sparse_matmul(tc.placeholder((1, 2, 2, 1), name="T"), X, (1, 2, 3, 1))
     with pytest.raises(tc.TecompError, match="power of two|power"):
         tc.ops.dct(tc.placeholder((6, 2), name="Z"))
+
+
+def test_dense_shape_mismatch_is_an_error():
+    X = tc.placeholder((4, 8), name="X")
+    with pytest.raises(tc.TecompError, match="'X' axis 1|X axis 1"):
+        tc.ops.dense(X, tc.placeholder((8, 3), name="W"))
+    with pytest.raises(tc.TecompError, match="bias b axis 0"):
+        tc.ops.dense(X, tc.placeholder((3, 8), name="W"), tc.placeholder((4,), name="b"))
