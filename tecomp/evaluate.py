@@ -50,6 +50,15 @@ _MATH = {
 }
 
 
+# integer // and % by zero give 0 here (the divisor is replaced by 1), as in the backends
+_NP_BINARY = {
+    E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: np.true_divide,
+    E.FloorDiv: np.floor_divide, E.Mod: np.mod, E.Min: np.minimum, E.Max: np.maximum,
+    E.LT: np.less, E.LE: np.less_equal, E.GT: np.greater, E.GE: np.greater_equal,
+    E.EQ: np.equal, E.NE: np.not_equal,
+}
+
+
 def _np(dtype: str) -> np.dtype:
     return dtypes.to_numpy(dtype)
 
@@ -113,62 +122,21 @@ class _Evaluator:
     def _bin(self, e: E.BinaryOp, sc: _Scope, mask: Any) -> tuple[Any, Any]:
         return self.ev(e.a, sc, mask), self.ev(e.b, sc, mask)
 
-    def ev_Add(self, e, sc, mask):
+    def _arith(self, e: E.BinaryOp, sc: _Scope, mask: Any) -> Any:
         a, b = self._bin(e, sc, mask)
-        return _as(np.add(a, b), e.dtype)
-
-    def ev_Sub(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        return _as(np.subtract(a, b), e.dtype)
-
-    def ev_Mul(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        return _as(np.multiply(a, b), e.dtype)
-
-    def ev_Div(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        return _as(np.true_divide(a, b), e.dtype)
-
-    def ev_FloorDiv(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        if dtypes.is_int(e.dtype):
+        if isinstance(e, (E.FloorDiv, E.Mod)) and dtypes.is_int(e.dtype):
             b = np.where(b == 0, 1, b) if isinstance(b, np.ndarray) else (b or 1)
-        return _as(np.floor_divide(a, b), e.dtype)
+        return _as(_NP_BINARY[type(e)](a, b), e.dtype)
 
-    def ev_Mod(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        if dtypes.is_int(e.dtype):
-            b = np.where(b == 0, 1, b) if isinstance(b, np.ndarray) else (b or 1)
-        return _as(np.mod(a, b), e.dtype)
+    ev_Add = ev_Sub = ev_Mul = ev_Div = ev_FloorDiv = ev_Mod = ev_Min = ev_Max = _arith
 
-    def ev_Min(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        return _as(np.minimum(a, b), e.dtype)
+    def _compare(self, e: E.CmpOp, sc: _Scope, mask: Any) -> Any:
+        return _NP_BINARY[type(e)](*self._bin(e, sc, mask))
 
-    def ev_Max(self, e, sc, mask):
-        a, b = self._bin(e, sc, mask)
-        return _as(np.maximum(a, b), e.dtype)
+    ev_LT = ev_LE = ev_GT = ev_GE = ev_EQ = ev_NE = _compare
 
     def ev_Neg(self, e, sc, mask):
         return _as(np.negative(self.ev(e.a, sc, mask)), e.dtype)
-
-    def ev_LT(self, e, sc, mask):
-        return np.less(*self._bin(e, sc, mask))
-
-    def ev_LE(self, e, sc, mask):
-        return np.less_equal(*self._bin(e, sc, mask))
-
-    def ev_GT(self, e, sc, mask):
-        return np.greater(*self._bin(e, sc, mask))
-
-    def ev_GE(self, e, sc, mask):
-        return np.greater_equal(*self._bin(e, sc, mask))
-
-    def ev_EQ(self, e, sc, mask):
-        return np.equal(*self._bin(e, sc, mask))
-
-    def ev_NE(self, e, sc, mask):
-        return np.not_equal(*self._bin(e, sc, mask))
 
     def ev_And(self, e, sc, mask):
         a = self.ev(e.a, sc, mask)
