@@ -30,11 +30,13 @@ def test_shifted_read_about_thirty_accumulations():
     assert naive.iterations >= 10 * 30
 
 
-@pytest.mark.parametrize("stride,dil", [(1, 1), (2, 1), (1, 2), (2, 2), (3, 3)])
-def test_conv2d_gradient_cost(stride, dil):
+@pytest.mark.parametrize("pad", [0, 1])
+@pytest.mark.parametrize("dil", [1, 2, 3])
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_conv2d_gradient_cost(stride, dil, pad):
     X = tc.placeholder((1, 4, 16, 16), name="X", dtype=F)
     W = tc.placeholder((8, 4, 3, 3), name="W", dtype=F)
-    Y = tc.ops.conv2d(X, W, stride=stride, padding=1, dilation=dil)
+    Y = tc.ops.conv2d(X, W, stride=stride, padding=pad, dilation=dil)
     oh = int(Y.shape[2].value)
     macs = 8 * 4 * 9 * oh * oh  # the forward's multiply-adds
     c = _grad_cost(Y, [X, W])
