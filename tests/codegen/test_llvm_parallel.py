@@ -125,3 +125,29 @@ def test_e2e_programs_with_threads(rng):
     kern.threads = 4
     np.testing.assert_allclose(kern(x), one, rtol=1e-6)
     np.testing.assert_allclose(one, tc.evaluate([sm], {X: x})[0], rtol=1e-5)
+
+
+def test_oversubscribed_concurrent_calls(rng):
+    """More helper threads than cores, from several calling threads at once: late helpers find
+    no chunk left (the callers did the work) and every result is still complete."""
+    import threading
+
+    A = tc.placeholder((n, 33), name="A")
+    B = tc.compute((n, 33), lambda p, q: A[p, q] * 2.0 + 1.0, name="B")
+    kern = tc.build(B, [A])
+    kern.threads = 16
+    a = rng.standard_normal((301, 33)).astype(np.float32)
+    want = a * 2 + 1
+    bad: list[int] = []
+
+    def run() -> None:
+        for _ in range(40):
+            if not np.array_equal(kern(a), want):
+                bad.append(1)
+
+    ts = [threading.Thread(target=run) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
