@@ -35,9 +35,11 @@ from llvmlite import ir
 
 from ... import expr as E
 from ...errors import CompileError
+from ...functor import children, free_vars
 from ...loopir import (
     Allocate,
     Buffer,
+    BufferLoad,
     For,
     IfThenElse,
     LetStmt,
@@ -93,6 +95,7 @@ class StmtEmitter(ExprEmitter):
         self.loop_depth = 0
         self.threads: ir.Value | None = None  # set where parallel loops may be outlined
         self.outlined = 0
+        self._minmax_stores: dict[int, tuple[str, E.Expr, ir.Value]] = {}  # by id(Store)
 
     def visit(self, e: Any) -> Any:
         if isinstance(e, Stmt):
@@ -131,7 +134,31 @@ class StmtEmitter(ExprEmitter):
 
             emit_parallel_for(self, s)
             return
+        red = minmax_reduction(s)
+        if red is not None:
+            self._minmax_loop(s, red)
+            return
         self.loop(s, s.lo, s.hi)
+
+    def _minmax_loop(self, s: For, red: tuple[str, E.Expr]) -> None:
+        """A float max/min reduction loop that LLVM vectorises with NaN propagation kept: the
+        loop combines with ``maxnum``/``minnum`` (flags ``nnan nsz``: plain vector max/min
+        instructions) and or-s ``x is NaN`` into a flag; after the loop a set flag (or a NaN
+        accumulator before it) stores NaN, as NumPy's ``maximum`` gives."""
+        store = s.body
+        assert isinstance(store, Store)
+        ptr = self.address(store.buffer, store.indices)
+        old = T.load_value(self.b, ptr, store.buffer.dtype)
+        flag = self._entry_alloca(T.I1, 1, f"{store.buffer.name}.nan")
+        self.b.store(self.b.fcmp_unordered("uno", old, old), flag)
+        self._minmax_stores[id(store)] = (red[0], red[1], flag)
+        try:
+            self.loop(s, s.lo, s.hi)
+        finally:
+            del self._minmax_stores[id(store)]
+        with self.b.if_then(self.b.load(flag, typ=T.I1)):
+            T.store_value(self.b, ir.Constant(T.reg_type(store.buffer.dtype), float("nan")), ptr,
+                          store.buffer.dtype)
 
     def loop(self, s: For, lo_e: Any, hi_e: Any) -> None:
         """Emit ``for v in range(lo, hi, step): body`` (``lo``/``hi``: Exprs or i64 values)."""
@@ -171,6 +198,17 @@ class StmtEmitter(ExprEmitter):
         if buf.scope == "input":
             raise CompileError(f"emit: store into the input buffer {buf.name!r}")
         ptr = self.address(buf, s.indices)
+        fast = self._minmax_stores.get(id(s))
+        if fast is not None:  # inside _minmax_loop
+            which, x, flag = fast
+            v = self.emit(x, buf.dtype)
+            old = T.load_value(self.b, ptr, buf.dtype)
+            new = T.intrinsic(self.b, "minnum" if which == "min" else "maxnum", [old, v],
+                              ("nnan", "nsz"))
+            T.store_value(self.b, new, ptr, buf.dtype)
+            nan = self.b.fcmp_unordered("uno", v, v)
+            self.b.store(self.b.or_(self.b.load(flag, typ=T.I1), nan), flag)
+            return
         v = self.emit(s.value, buf.dtype)
         if s.reduce is not None:
             old = T.load_value(self.b, ptr, buf.dtype)
@@ -247,6 +285,45 @@ class StmtEmitter(ExprEmitter):
             self._oom = self.fn.append_basic_block("out_of_memory")
             ir.IRBuilder(self._oom).ret(ir.Constant(T.I32, 1))
         return self._oom
+
+
+def minmax_reduction(s: For) -> tuple[str, E.Expr] | None:
+    """``("max" | "min", x)`` when ``s`` is ``for v: acc = max(acc, x)`` (or ``min``, or the
+    ``Store(reduce=...)`` form) into a float32/float64 ``"local"`` accumulator whose indices do
+    not involve ``v``, with ``x`` not reading the accumulator; else None."""
+    st = s.body
+    if not isinstance(st, Store) or st.buffer.scope != "local" or \
+            st.buffer.dtype not in ("float32", "float64"):
+        return None
+    if any(s.var in free_vars(i) for i in st.indices):
+        return None
+    acc = BufferLoad(st.buffer, st.indices, st.buffer.dtype)
+    if st.reduce in ("max", "min"):
+        which, x = st.reduce, st.value
+    elif st.reduce is None and isinstance(st.value, (E.Max, E.Min)):
+        which = "max" if isinstance(st.value, E.Max) else "min"
+        if st.value.a == acc:
+            x = st.value.b
+        elif st.value.b == acc:
+            x = st.value.a
+        else:
+            return None
+    else:
+        return None
+    if x.dtype != st.buffer.dtype or _reads(x, st.buffer, set()):
+        return None
+    return which, x
+
+
+def _reads(e: Any, buf: Buffer, seen: set[int]) -> bool:
+    """Whether ``e`` loads from ``buf`` (each shared node visited once)."""
+    if id(e) in seen:
+        return False
+    seen.add(id(e))
+    if isinstance(e, BufferLoad) and e.buffer == buf:
+        return True
+    kids = e.indices if isinstance(e, BufferLoad) else children(e)
+    return any(_reads(c, buf, seen) for c in kids)
 
 
 class FunctionEmitter(StmtEmitter):
