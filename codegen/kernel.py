@@ -196,6 +196,7 @@ class Kernel:
             [o.ctypes.data for o in outs]
         record = self._bounds.new_record() if self._bounds is not None else None
         if record is not None:
+            self._bounds.check_sizes(sizes, self.name)  # affine accesses the sizes break
             ptrs.append(record.ctypes.data)
         if self._threaded:
             nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)

@@ -25,8 +25,13 @@ E[idx[i], j], 0.0)`` becomes ::
     if (idx[i] < m && (idx[i] < 0 || idx[i] >= m)) { if (err[0] == 0) { err[1] = idx[i]; ... } }
     G[i, j] = select(idx[i] < m, E[max(min(idx[i], m - 1), 0), j], 0.0)
 
-whose check can never fire.  Affine indices (``A[i + 1]``) are not checked here: the program
-defines them, and the reference evaluator reports those that leave their tensor.
+whose check can never fire.
+
+Affine indices (``A[i + 1]``, ``A[i, 5]``) are proven in bounds over their loops, guards and
+path conditions by :mod:`.bounds_affine`: always out of range is a build error, out of range
+for some sizes a :class:`~.bounds_affine.SizeCheck` that the kernel tests before the call
+(:meth:`BoundsInfo.check_sizes`), and an index that cannot be decided (``A[i * i]``) is
+checked here like a data-dependent one (its axes in :attr:`BoundsCheck.affine`).
 
 The record is written from inside ``"parallel"`` loops too; that breaks the lowering
 convention that a parallel iteration stores only to its own elements, benignly: threads race
@@ -62,6 +67,8 @@ from tecomp.loopir import (
 )
 from tecomp.printer import format_expr
 
+from .bounds_affine import AffineProver, SizeCheck, eval_cond
+
 _I64 = "int64"
 _TRUE = E.Const(True, "bool")
 
@@ -74,8 +81,9 @@ class BoundsCheck:
     buffer: str
     kind: str
     shape: tuple[E.Expr, ...]
-    axes: tuple[int, ...]  # the checked (data-dependent) axes
+    axes: tuple[int, ...]  # the checked axes
     access: str
+    affine: tuple[int, ...] = ()  # those of ``axes`` with an affine index not proven in bounds
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,13 @@ class BoundsInfo:
 
     error: Buffer
     checks: tuple[BoundsCheck, ...]
+    sizes: tuple[SizeCheck, ...] = ()  # accesses out of bounds exactly for some sizes
+
+    def check_sizes(self, sizes: Mapping[E.Var, int], kernel: str) -> None:
+        """Before a call: raise :class:`IndexBoundsError` if the sizes make an access fail."""
+        for c in self.sizes:
+            if eval_cond(c.cond, sizes):
+                raise IndexBoundsError(c.message(sizes, kernel))
 
     def new_record(self) -> np.ndarray:
         """A zeroed error record to pass as the error buffer."""
@@ -103,10 +118,12 @@ class BoundsInfo:
         bad = [a for a in c.axes if not 0 <= index[a] < extents[a]] or list(c.axes)
         a = bad[0]
         verb = "read of" if c.kind == "read" else "write to"
+        why = ("the index is computed from the loop indices and sizes" if a in c.affine
+               else "the index comes from the data")
         raise IndexBoundsError(
             f"kernel {kernel!r}: out-of-bounds {verb} tensor {c.buffer!r} at position "
             f"{tuple(index)} (shape {tuple(extents)}): axis {a} index {index[a]} not in "
-            f"[0, {extents[a]}) (in {c.access}); the index comes from the data")
+            f"[0, {extents[a]}) (in {c.access}); {why}")
 
 
 def _extent(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
@@ -118,21 +135,27 @@ def _extent(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
 def add_bounds_checks(func: LoweredFunc) -> tuple[LoweredFunc, BoundsInfo | None]:
     """``func`` with every data-dependent access checked, and what was added.
 
-    Returns ``(func, None)`` unchanged when no access has a data-dependent index.  Otherwise
+    Affine indices are proven in bounds statically (:mod:`.bounds_affine`): one that leaves
+    its tensor wherever it runs raises :class:`~tecomp.errors.LoweringError` here; one that
+    does for some sizes only becomes a :class:`SizeCheck` tested before the call; one that
+    cannot be decided is checked at run time like a data-dependent one.
+
+    Returns ``(func, None)`` unchanged when nothing needs checking at run time.  Otherwise
     the returned function has one more output buffer (last), described by the
     :class:`BoundsInfo`.
     """
     taken = {b.name for b in (*func.inputs, *func.outputs)} | {p.name for p in func.params}
     taken |= _stmt_names(func.body)
-    rank = max((len(b.shape) for b in _checked_buffers(func.body)), default=-1)
-    if rank < 0:
-        return func, None
-    err = Buffer(fresh_name("bounds_error", taken), (E.Const(1 + max(rank, 0), _I64),), _I64,
+    rank = max((len(b.shape) for b in (*func.inputs, *func.outputs, *_allocated(func.body))),
+               default=0)
+    err = Buffer(fresh_name("bounds_error", taken), (E.Const(1 + rank, _I64),), _I64,
                  "output")
-    checker = _Checker(err)
+    checker = _Checker(err, AffineProver(func))
     body = checker.stmt(func.body)
+    if not checker.checks and not checker.sizes:
+        return func, None
     out = replace(func, outputs=(*func.outputs, err), body=body)
-    return out, BoundsInfo(err, tuple(checker.checks))
+    return out, BoundsInfo(err, tuple(checker.checks), tuple(checker.sizes))
 
 
 # ------------------------------------------------------------------------------ analysis
@@ -154,18 +177,6 @@ def _expr_children(e: Any) -> list[E.Expr]:
         elif isinstance(v, tuple):
             out += [x for x in v if isinstance(x, E.Expr)]
     return out
-
-
-def _stmt_exprs(s: Stmt) -> list[E.Expr]:
-    if isinstance(s, Store):
-        return [*s.indices, s.value]
-    if isinstance(s, For):
-        return [s.lo, s.hi]
-    if isinstance(s, LetStmt):
-        return [s.value]
-    if isinstance(s, IfThenElse):
-        return [s.cond]
-    return []
 
 
 def _sub_stmts(s: Stmt) -> list[Stmt]:
@@ -197,24 +208,8 @@ def _stmt_names(s: Stmt) -> set[str]:
     return names
 
 
-def _loads(e: E.Expr) -> list[BufferLoad]:
-    out, todo = [], [e]
-    while todo:
-        x = todo.pop()
-        if isinstance(x, BufferLoad):
-            out.append(x)
-        todo += _expr_children(x)
-    return out
-
-
-def _checked_buffers(s: Stmt) -> list[Buffer]:
-    out = []
-    for t in _all_stmts(s):
-        if isinstance(t, Store) and any(_is_dynamic(i) for i in t.indices):
-            out.append(t.buffer)
-        for e in _stmt_exprs(t):
-            out += [ld.buffer for ld in _loads(e) if any(_is_dynamic(i) for i in ld.indices)]
-    return out
+def _allocated(s: Stmt) -> list[Buffer]:
+    return [t.buffer for t in _all_stmts(s) if isinstance(t, Allocate)]
 
 
 # ------------------------------------------------------------------------------ rewriting
@@ -249,9 +244,11 @@ def _positive_const(e: E.Expr) -> bool:
 
 
 class _Checker:
-    def __init__(self, err: Buffer) -> None:
+    def __init__(self, err: Buffer, prover: AffineProver) -> None:
         self.err = err
+        self.prover = prover
         self.checks: list[BoundsCheck] = []
+        self.sizes: list[SizeCheck] = []
         self._pending: list[Stmt] = []  # check statements of the statement being rewritten
 
     # statements
@@ -263,20 +260,46 @@ class _Checker:
         if isinstance(s, For):
             lo, hi = self.expr(s.lo, _TRUE), self.expr(s.hi, _TRUE)
             pend = self._take()
-            return _prefix(pend, replace(s, lo=lo, hi=hi, body=self.stmt(s.body)))
+            return _prefix(pend, replace(s, lo=lo, hi=hi, body=self._under(
+                self.prover.push_loop, s, s.body)))
         if isinstance(s, LetStmt):
             value = self.expr(s.value, _TRUE)
             pend = self._take()
-            return _prefix(pend, replace(s, value=value, body=self.stmt(s.body)))
+            return _prefix(pend, replace(s, value=value, body=self._under(
+                self.prover.push_let, s, s.body)))
         if isinstance(s, IfThenElse):
             cond = self.expr(s.cond, _TRUE)
             pend = self._take()
-            then = self.stmt(s.then)
-            else_ = self.stmt(s.else_) if s.else_ is not None else None
+            then = self._under(self.prover.push_cond, s.cond, s.then)
+            else_ = None
+            if s.else_ is not None:
+                self.prover.push_cond(s.cond, holds=False)
+                else_ = self.stmt(s.else_)
+                self.prover.pop()
             return _prefix(pend, IfThenElse(cond, then, else_))
         if isinstance(s, Store):
             return self._store(s)
         raise TypeError(f"bounds check: unknown statement {type(s).__name__}")
+
+    def _under(self, push: Any, arg: Any, body: Stmt) -> Stmt:
+        push(arg)
+        out = self.stmt(body)
+        self.prover.pop()
+        return out
+
+    def _affine_axes(self, buf: Buffer, indices: Sequence[E.Expr], path: E.Expr, kind: str,
+                     access: str) -> list[int]:
+        """The axes with an affine index that needs a check in the loop; size checks noted."""
+        out = []
+        for a, i in enumerate(indices):
+            if _is_dynamic(i):
+                continue
+            v = self.prover.verdict(buf, a, i, path, kind, access)
+            if v == "runtime":
+                out.append(a)
+            elif isinstance(v, SizeCheck) and v not in self.sizes:
+                self.sizes.append(v)
+        return out
 
     def _take(self) -> list[Stmt]:
         pend, self._pending = self._pending, []
@@ -285,12 +308,13 @@ class _Checker:
     def _store(self, s: Store) -> Stmt:
         indices = tuple(self.expr(i, _TRUE) for i in s.indices)
         value = self.expr(s.value, _TRUE)
-        axes = [a for a, i in enumerate(s.indices) if _is_dynamic(i)]
+        access = _access(s.buffer, s.indices)
+        affine = self._affine_axes(s.buffer, s.indices, _TRUE, "write", access)
+        axes = sorted([a for a, i in enumerate(s.indices) if _is_dynamic(i)] + affine)
         out: Stmt = replace(s, indices=indices, value=value)
         if axes:
             bad = _out_of_range(indices, s.buffer.shape, axes)
-            self._record(s.buffer, "write", axes, indices, _TRUE, bad,
-                         _access(s.buffer, s.indices))
+            self._record(s.buffer, "write", axes, indices, _TRUE, bad, access, affine)
             out = IfThenElse(E.Not(bad), out)
         return _prefix(self._take(), out)
 
@@ -321,12 +345,14 @@ class _Checker:
 
     def _load(self, e: BufferLoad, path: E.Expr) -> E.Expr:
         indices = tuple(self.expr(i, path) for i in e.indices)
-        axes = [a for a, i in enumerate(e.indices) if _is_dynamic(i)]
+        access = _access(e.buffer, e.indices)
+        affine = self._affine_axes(e.buffer, e.indices, path, "read", access)
+        axes = sorted([a for a, i in enumerate(e.indices) if _is_dynamic(i)] + affine)
         if not axes:
             return e if indices == e.indices else replace(e, indices=indices)
         shape = e.buffer.shape
         bad = _out_of_range(indices, shape, axes)
-        self._record(e.buffer, "read", axes, indices, path, bad, _access(e.buffer, e.indices))
+        self._record(e.buffer, "read", axes, indices, path, bad, access, affine)
         clamped = list(indices)
         for a in axes:
             hi = E.Sub(_i64(shape[a]), E.Const(1, _I64), _I64)
@@ -343,10 +369,10 @@ class _Checker:
                         e.dtype)
 
     def _record(self, buf: Buffer, kind: str, axes: list[int], indices: Sequence[E.Expr],
-                path: E.Expr, bad: E.Expr, access: str) -> None:
+                path: E.Expr, bad: E.Expr, access: str, affine: Sequence[int] = ()) -> None:
         code = len(self.checks) + 1
         self.checks.append(BoundsCheck(code, buf.name, kind, tuple(buf.shape), tuple(axes),
-                                       access))
+                                       access, tuple(affine)))
         err = self.err
         writes: list[Stmt] = [Store(err, (E.Const(1 + d, _I64),), _i64(i))
                               for d, i in enumerate(indices)]

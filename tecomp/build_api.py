@@ -53,6 +53,10 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
         from .passes.bounds_check import add_bounds_checks
 
         func, bounds = add_bounds_checks(func)
+    else:  # affine accesses out of range wherever they run are still build errors
+        from .passes.bounds_affine import check_static_bounds
+
+        check_static_bounds(func)
     if target == "cuda":  # CUDA C; compiled with NVRTC/nvcc when available, run on a GPU
         from .codegen.cuda.kernel import build_cuda
 

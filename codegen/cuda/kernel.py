@@ -199,6 +199,8 @@ class CudaKernel(Kernel):
 
     def _run(self, dev: Device, ins: list[Any], outs: list[Any], sizes: dict[E.Var, int]
              ) -> Any:
+        if self._bounds is not None:  # affine accesses the sizes break: nothing is run
+            self._bounds.check_sizes(sizes, self.name)
         fns = dev.load(self.source, self.kernel_names)
         owned: list[int] = []
         ptr: dict[Buffer, int] = {}

@@ -1,0 +1,491 @@
+"""Static bounds proofs for affine indices in the loop IR (used by :mod:`.bounds_check`).
+
+Every ``BufferLoad``/``Store`` index that is affine in the enclosing loop variables and the
+symbolic sizes is checked over its *iteration domain*: the integer points of the enclosing
+loops (``lo <= v < hi``, ``v = lo (mod step)``), ``LetStmt`` bindings, ``IfThenElse``
+conditions (the negation in the else branch) and the path condition of ``select`` arms and
+short-circuit operands that lead to the access.  Exact integer reasoning: each expression
+becomes an isl piecewise quasi-affine function (Verdoolaege, "isl: An Integer Set Library for
+the Polyhedral Model", ICMS 2010), so loop bounds with ``min``/``max``/``select`` become pieces
+and ``//``/``%`` by constants existentially quantified divisions, not approximations.
+
+For an axis with index ``e`` and extent ``x``, the *violation set* is ``domain ∩ (e < 0 or e
+>= x)``, with every extent (and every size that is an extent) ``>= 0``:
+
+* empty: the access is in bounds for every size — nothing is added;
+* non-empty and the domain exact (every guard on the path translated): project it onto the
+  sizes, ``P``.  When ``P`` holds wherever the access runs at all (for every valid sizes that
+  run it — always, for constant sizes), the program is wrong: :class:`LoweringError` at build
+  time, naming the tensor, axis, expression and a witness.  Otherwise the access is wrong
+  only for some sizes (``A[i]`` over ``i < n`` with ``A`` of extent ``m``): ``P`` becomes a
+  condition on the sizes that the kernel tests before running (:class:`SizeCheck`);
+* anything not translatable (a guard or index reading data, a product of loop variables, a
+  division by a size, a ``P`` with existentials): a runtime check in the loop, through the
+  error record of :mod:`.bounds_check`.
+
+Worked example: the zero-eliminated input gradient of a stride-2 convolution loops over
+``t_1`` from ``max(0, (j2 - 1) // 2)`` to ``min(7, j2 // 2) + 1`` and reads ``W[t, j1, j2 -
+2*t_1, j3 - 2*t_2]`` (extent 3 on axis 2).  isl writes the lower bound with a division ``d =
+floor((j2 - 1)/2)``, ``2d <= j2 - 1 <= 2d + 1``, so ``t_1 >= d`` gives ``j2 - 2*t_1 <= j2 -
+2d <= 2`` exactly; with the rational shadow ``t_1 >= (j2 - 2)/2`` the index could reach 3 and
+the proof would fail.  Piecewise bounds matter the same way: ``for (t, 0, select(j3 <= 16,
+4, 0))`` is two pieces, one empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+import islpy as isl
+
+from tecomp import expr as E
+from tecomp.errors import LoweringError
+from tecomp.loopir import (
+    Allocate,
+    Buffer,
+    BufferLoad,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoweredFunc,
+    Seq,
+    Stmt,
+    Store,
+)
+from tecomp.printer import format_expr
+
+_INT = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
+_T = isl.dim_type
+
+
+@dataclass(frozen=True)
+class SizeCheck:
+    """An access that leaves its tensor exactly when ``cond`` (on the sizes) holds."""
+
+    cond: E.Expr
+    buffer: str
+    axis: int
+    access: str
+    kind: str  # "read" or "write"
+
+    def message(self, sizes: Mapping[E.Var, int], kernel: str) -> str:
+        names = sorted({v.name: v for v in _free_vars(self.cond)}.items())
+        vals = ", ".join(f"{n} = {sizes[v]}" for n, v in names if v in sizes)
+        verb = "read of" if self.kind == "read" else "write to"
+        return (f"kernel {kernel!r}: with sizes {vals} the {verb} tensor {self.buffer!r} "
+                f"in {self.access} leaves axis {self.axis} (out of range when "
+                f"{format_expr(self.cond)}); nothing was run")
+
+
+def eval_cond(e: E.Expr, sizes: Mapping[E.Var, int]) -> bool:
+    """The value of a size condition built by :class:`AffineProver` (compares, and, or)."""
+    from tecomp.codegen.kernel import eval_int
+
+    if isinstance(e, E.Const):
+        return bool(e.value)
+    if isinstance(e, E.And):
+        return eval_cond(e.a, sizes) and eval_cond(e.b, sizes)
+    if isinstance(e, E.Or):
+        return eval_cond(e.a, sizes) or eval_cond(e.b, sizes)
+    a, b = eval_int(e.a, sizes), eval_int(e.b, sizes)
+    return {E.GE: a >= b, E.EQ: a == b}[type(e)]
+
+
+def _children(e: Any) -> list[Any]:
+    if isinstance(e, BufferLoad):
+        return list(e.indices)
+    out = []
+    for f in fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, E.Expr):
+            out.append(v)
+        elif isinstance(v, tuple):
+            out += [x for x in v if isinstance(x, E.Expr)]
+    return out
+
+
+def _free_vars(e: E.Expr) -> list[E.Var]:
+    out, todo = [], [e]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, E.Var):
+            out.append(x)
+        elif isinstance(x, E.Expr):
+            todo += _children(x)
+    return out
+
+
+def _stmt_parts(s: Stmt) -> tuple[list[E.Expr], list[Stmt]]:
+    if isinstance(s, Seq):
+        return [], list(s.stmts)
+    if isinstance(s, For):
+        return [s.lo, s.hi], [s.body]
+    if isinstance(s, LetStmt):
+        return [s.value], [s.body]
+    if isinstance(s, Allocate):
+        return list(s.buffer.shape), [s.body]
+    if isinstance(s, IfThenElse):
+        return [s.cond], [s.then] + ([s.else_] if s.else_ is not None else [])
+    if isinstance(s, Store):
+        return [*s.indices, s.value, *s.buffer.shape], []
+    return [], []
+
+
+def _syntactically_affine(e: E.Expr) -> bool:
+    if isinstance(e, (E.Const, E.Var, E.Zero)):
+        return True
+    if isinstance(e, (E.Add, E.Sub, E.Min, E.Max)):
+        return _syntactically_affine(e.a) and _syntactically_affine(e.b)
+    if isinstance(e, E.Neg):
+        return _syntactically_affine(e.a)
+    if isinstance(e, E.Cast):
+        return e.value.dtype in _INT and _syntactically_affine(e.value)
+    if isinstance(e, E.Mul):
+        return ((isinstance(e.a, E.Const) or isinstance(e.b, E.Const))
+                and _syntactically_affine(e.a) and _syntactically_affine(e.b))
+    if isinstance(e, (E.FloorDiv, E.Mod)):
+        return isinstance(e.b, E.Const) and _syntactically_affine(e.a)
+    if isinstance(e, E.Select):
+        return _affine_cond(e.cond) and _syntactically_affine(e.t) and \
+            _syntactically_affine(e.f)
+    return False
+
+
+def _affine_cond(e: E.Expr) -> bool:
+    if isinstance(e, E.Const):
+        return True
+    if isinstance(e, (E.And, E.Or)):
+        return _affine_cond(e.a) and _affine_cond(e.b)
+    if isinstance(e, E.Not):
+        return _affine_cond(e.a)
+    return isinstance(e, E.CmpOp) and _syntactically_affine(e.a) and \
+        _syntactically_affine(e.b)
+
+
+class AffineProver:
+    """Iteration domains of a lowered function, pushed and popped as a walker descends."""
+
+    def __init__(self, func: LoweredFunc) -> None:
+        bound: list[str] = []
+        free: dict[str, E.Var] = {}
+        opaque: dict[E.Expr, str] = {}  # non-affine expressions of sizes only -> a parameter
+        extents: list[E.Expr] = []
+        buffers = [*func.inputs, *func.outputs]
+        todo: list[Stmt] = [func.body]
+        exprs: list[E.Expr] = [e for b in buffers for e in b.shape]
+        while todo:
+            s = todo.pop()
+            if isinstance(s, (For, LetStmt)) and s.var.name not in bound:
+                bound.append(s.var.name)
+            if isinstance(s, Allocate):
+                buffers.append(s.buffer)
+            ex, sub = _stmt_parts(s)
+            exprs += ex
+            todo += sub
+        extents = [e for b in buffers for e in b.shape]
+        bound_set = set(bound)
+        seen: set[E.Expr] = set()
+        while exprs:
+            e = exprs.pop()
+            if e in seen:
+                continue
+            seen.add(e)
+            if isinstance(e, BufferLoad):
+                exprs += [*e.indices, *e.buffer.shape]
+                continue
+            if isinstance(e, E.Var) and e.name not in bound_set:
+                free[e.name] = e
+            if (e.dtype in _INT and not _syntactically_affine(e) and not isinstance(e, E.Cast)
+                    and all(v.name not in bound_set for v in _free_vars(e))
+                    and not _has_load(e)):
+                opaque.setdefault(e, "")
+            exprs += _children(e)
+        taken = bound_set | set(free)
+        for k, e in enumerate(sorted(opaque, key=format_expr)):
+            name = f"_s{k}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            opaque[e] = name
+        self.params: dict[str, E.Expr] = {**free, **{n: e for e, n in opaque.items()}}
+        self._opaque = opaque
+        names = sorted(self.params)
+        self.space = isl.Space.create_from_names(isl.DEFAULT_CONTEXT, set=sorted(bound),
+                                                 params=names)
+        self._ls = isl.LocalSpace.from_space(self.space)
+        self._dim = {n: (_T.set, i) for i, n in enumerate(sorted(bound))}
+        self._dim.update({n: (_T.param, i) for i, n in enumerate(names)})
+        self._aff_memo: dict[E.Expr, isl.PwAff | None] = {}
+        self._cond_memo: dict[E.Expr, tuple[isl.Set, bool]] = {}
+        universe = isl.Set.universe(self.space)
+        valid = universe
+        zero = self._const(0)
+        for x in extents:
+            pa = self.aff(x)
+            if pa is not None:
+                valid = valid.intersect(pa.ge_set(zero))
+                for v in _free_vars(x):
+                    valid = valid.intersect(self.aff(v).ge_set(zero))
+        for name in names:  # an opaque extent is a size
+            if self.params[name] in extents:
+                valid = valid.intersect(self.aff(E.Var(name)).ge_set(zero))
+        # (domain of the loops and lets, exact?, guards not yet intersected, bound names)
+        self._stack: list[tuple[isl.Set, bool, tuple[E.Expr, ...], frozenset[str]]] = [
+            (valid, True, (), frozenset())]
+
+    # ---------------------------------------------------------------- translation
+    def _const(self, v: int) -> isl.PwAff:
+        aff = isl.Aff.zero_on_domain(self._ls).set_constant_val(
+            isl.Val.int_from_si(isl.DEFAULT_CONTEXT, int(v)))
+        return isl.PwAff.from_aff(aff)
+
+    def aff(self, e: E.Expr) -> isl.PwAff | None:
+        """``e`` as an isl piecewise quasi-affine function, or None when it is not one."""
+        try:
+            return self._aff_memo[e]
+        except KeyError:
+            pass
+        out = self._aff(e)
+        self._aff_memo[e] = out
+        return out
+
+    def _aff(self, e: E.Expr) -> isl.PwAff | None:
+        name = self._opaque.get(e)
+        if name:
+            e = E.Var(name)
+        if isinstance(e, E.Var):
+            where = self._dim.get(e.name)
+            if where is None:
+                return None
+            return isl.PwAff.from_aff(isl.Aff.var_on_domain(self._ls, *where))
+        if isinstance(e, (E.Const, E.Zero)):
+            v = getattr(e, "value", 0)
+            return self._const(int(v)) if isinstance(v, (int, bool)) or e.dtype in _INT \
+                else None
+        if e.dtype not in _INT:
+            return None
+        if isinstance(e, E.Cast):
+            return self.aff(e.value) if e.value.dtype in _INT else None
+        if isinstance(e, E.Neg):
+            a = self.aff(e.a)
+            return None if a is None else a.neg()
+        if isinstance(e, E.Select):
+            c, exact = self.cond(e.cond)
+            t, f = self.aff(e.t), self.aff(e.f)
+            if not exact or t is None or f is None:
+                return None
+            return t.intersect_domain(c).union_add(f.intersect_domain(c.complement()))
+        if not isinstance(e, E.BinaryOp):
+            return None
+        a, b = self.aff(e.a), self.aff(e.b)
+        if a is None or b is None:
+            return None
+        if isinstance(e, E.Add):
+            return a.add(b)
+        if isinstance(e, E.Sub):
+            return a.sub(b)
+        if isinstance(e, E.Min):
+            return a.min(b)
+        if isinstance(e, E.Max):
+            return a.max(b)
+        if isinstance(e, E.Mul):
+            if a.is_cst() or b.is_cst():
+                return a.mul(b)
+            return None
+        if isinstance(e, (E.FloorDiv, E.Mod)) and isinstance(e.b, E.Const):
+            d = int(e.b.value)
+            if d <= 0:
+                return None
+            val = isl.Val.int_from_si(isl.DEFAULT_CONTEXT, d)
+            return a.scale_down_val(val).floor() if isinstance(e, E.FloorDiv) \
+                else a.mod_val(val)
+        return None
+
+    def cond(self, e: E.Expr) -> tuple[isl.Set, bool]:
+        """A superset of the points where ``e`` holds, and whether it is exact."""
+        try:
+            return self._cond_memo[e]
+        except KeyError:
+            pass
+        out = self._cond(e)
+        self._cond_memo[e] = out
+        return out
+
+    def _cond(self, e: E.Expr) -> tuple[isl.Set, bool]:
+        universe = isl.Set.universe(self.space)
+        if isinstance(e, E.Const):
+            return (universe if e.value else isl.Set.empty(self.space)), True
+        if isinstance(e, E.And):
+            (a, x), (b, y) = self.cond(e.a), self.cond(e.b)
+            return a.intersect(b), x and y
+        if isinstance(e, E.Or):
+            (a, x), (b, y) = self.cond(e.a), self.cond(e.b)
+            return a.union(b), x and y
+        if isinstance(e, E.Not):
+            a, x = self.cond(e.a)
+            return (a.complement(), True) if x else (universe, False)
+        if isinstance(e, E.CmpOp) and e.a.dtype in _INT and e.b.dtype in _INT:
+            a, b = self.aff(e.a), self.aff(e.b)
+            if a is not None and b is not None:
+                op = {E.LT: a.lt_set, E.LE: a.le_set, E.GT: a.gt_set, E.GE: a.ge_set,
+                      E.EQ: a.eq_set, E.NE: a.ne_set}[type(e)]
+                return op(b), True
+        return universe, False
+
+    # ---------------------------------------------------------------- domains
+    def push_loop(self, s: For) -> None:
+        dom, exact = self._fresh(s.var)
+        v = self.aff(s.var)
+        for bound, make in ((s.lo, lambda b: v.ge_set(b)), (s.hi, lambda b: v.lt_set(b))):
+            b = self.aff(bound)
+            if b is None:
+                exact = False
+            else:
+                dom = dom.intersect(make(b))
+        if s.step > 1:
+            lo = self.aff(s.lo)
+            if lo is None:
+                exact = False
+            else:
+                step = isl.Val.int_from_si(isl.DEFAULT_CONTEXT, s.step)
+                dom = dom.intersect(v.sub(lo).mod_val(step).eq_set(self._const(0)))
+        self._push(s.var, dom, exact)
+
+    def push_let(self, s: LetStmt) -> None:
+        dom, exact = self._fresh(s.var)
+        value = self.aff(s.value) if s.value.dtype in _INT else None
+        if value is None:
+            exact = False
+        else:
+            dom = dom.intersect(self.aff(s.var).eq_set(value))
+        self._push(s.var, dom, exact)
+
+    def push_cond(self, cond: E.Expr, holds: bool = True) -> None:
+        """Enter a guarded region; the guard is intersected only when a proof needs it."""
+        dom, exact, guards, names = self._stack[-1]
+        new = _conjuncts(cond if holds else E.Not(cond))
+        self._stack.append((dom, exact, guards + tuple(new), names))
+
+    def pop(self) -> None:
+        self._stack.pop()
+
+    def _fresh(self, var: E.Var) -> tuple[isl.Set, bool]:
+        dom, exact, _, _ = self._stack[-1]
+        where = self._dim[var.name]
+        return dom.eliminate(where[0], where[1], 1), exact
+
+    def _push(self, var: E.Var, dom: isl.Set, exact: bool) -> None:
+        _, _, guards, names = self._stack[-1]
+        if var.name in names:  # rebinding a name in scope: its guards no longer apply
+            guards, exact = (), False
+        self._stack.append((dom, exact, guards, names | {var.name}))
+
+    # ---------------------------------------------------------------- verdicts
+    def verdict(self, buf: Buffer, axis: int, index: E.Expr, path: E.Expr, kind: str,
+                access: str) -> str | SizeCheck:
+        """"safe", "runtime" or a :class:`SizeCheck` for one axis; raises when always wrong.
+
+        Guards (``IfThenElse`` conditions and the path) are intersected one conjunct at a time
+        and only while the violation set is not yet empty: most accesses are in bounds by
+        their loops alone, and a zero-eliminated guard can hold dozens of nested divisions.
+        """
+        idx, ext = self.aff(index), self.aff(buf.shape[axis])
+        if idx is None or ext is None:
+            return "runtime"
+        dom, exact, guards, _ = self._stack[-1]
+        bad = dom.intersect(idx.lt_set(self._const(0)).union(idx.ge_set(ext)))
+        if bad.is_empty():
+            return "safe"
+        for g in (*guards, *_conjuncts(path)):
+            c, x = self.cond(g)
+            exact = exact and x
+            if x:
+                dom = dom.intersect(c)
+                bad = bad.intersect(c)
+                if bad.is_empty():
+                    return "safe"
+        if not exact:
+            return "runtime"
+        sizes = bad.params()
+        if dom.params().is_subset(sizes):
+            raise LoweringError(self._witness(bad, buf, axis, index, kind, access))
+        cond = self._size_expr(sizes)
+        if cond is None:
+            return "runtime"
+        return SizeCheck(cond, buf.name, axis, access, kind)
+
+    def _witness(self, bad: isl.Set, buf: Buffer, axis: int, index: E.Expr, kind: str,
+                 access: str) -> str:
+        pt = bad.sample_point()
+        vals = []
+        for name, (t, i) in sorted(self._dim.items(), key=lambda kv: (kv[1][0] != _T.param,
+                                                                      kv[1][1])):
+            if name in self._opaque.values() or (t == _T.set and name not in
+                                                  {v.name for v in _free_vars(index)}):
+                continue
+            vals.append(f"{name} = {pt.get_coordinate_val(t, i).to_python()}")
+        verb = "read of" if kind == "read" else "write to"
+        where = f" (e.g. at {', '.join(vals)})" if vals else ""
+        return (f"out-of-bounds {verb} tensor {buf.name!r} in {access}: axis {axis} index "
+                f"{format_expr(index)} leaves [0, {format_expr(buf.shape[axis])}){where} for "
+                "every size that runs the access")
+
+    def _size_expr(self, sizes: isl.Set) -> E.Expr | None:
+        terms: list[E.Expr] = []
+        for bs in sizes.get_basic_sets():
+            if bs.dim(_T.div):
+                return None
+            conj: list[E.Expr] = []
+            for c in bs.get_constraints():
+                lhs: E.Expr = E.Const(int(c.get_constant_val().to_python()), "int64")
+                for name, (t, i) in self._dim.items():
+                    if t != _T.param:
+                        continue
+                    k = int(c.get_coefficient_val(t, i).to_python())
+                    if k:
+                        v = self.params[name]
+                        lhs = E.Add(lhs, v if k == 1 else E.Mul(E.Const(k, "int64"), v,
+                                                                "int64"), "int64")
+                zero = E.Const(0, "int64")
+                conj.append(E.EQ(lhs, zero) if c.is_equality() else E.GE(lhs, zero))
+            out: E.Expr = E.Const(True, "bool")
+            for c in conj:
+                out = c if out == E.Const(True, "bool") else E.And(out, c)
+            terms.append(out)
+        if not terms:
+            return None
+        res = terms[0]
+        for t in terms[1:]:
+            res = E.Or(res, t)
+        return res
+
+
+def _conjuncts(e: E.Expr) -> list[E.Expr]:
+    """``e`` as a list of conditions whose conjunction it is (``not (a or b)`` splits too)."""
+    if isinstance(e, E.And):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    if isinstance(e, E.Not) and isinstance(e.a, E.Or):
+        return _conjuncts(E.Not(e.a.a)) + _conjuncts(E.Not(e.a.b))
+    if isinstance(e, E.Not) and isinstance(e.a, E.Not):
+        return _conjuncts(e.a.a)
+    if isinstance(e, E.Const) and e.value is True:
+        return []
+    return [e]
+
+
+def _has_load(e: E.Expr) -> bool:
+    if isinstance(e, BufferLoad):
+        return True
+    return any(_has_load(c) for c in _children(e))
+
+
+def check_static_bounds(func: LoweredFunc) -> None:
+    """Raise :class:`LoweringError` for an affine access out of bounds wherever it runs.
+
+    The build-time half of :func:`~tecomp.passes.bounds_check.add_bounds_checks`, for builds
+    that skip the runtime checks.
+    """
+    from .bounds_check import add_bounds_checks
+
+    add_bounds_checks(func)
