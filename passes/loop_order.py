@@ -22,8 +22,10 @@ other elements changes).  Each element still receives exactly the terms of its o
 increasing ``k``, so integer sums are exact and float sums are bit-identical to the plain
 order.  The transformation applies only when the body is a single ``sum`` with no nested
 reduction (so nothing else depends on the partial sums), the reduction bounds do not use
-``j`` (the ``k`` loops run outside it) and the stage has at least one data axis.  When a
-score ties, the plain order is kept.
+``j`` (the ``k`` loops run outside it) and the stage has at least one data axis.  When the
+scores tie (a convolution: ``X[c, y + ry, x + rx]`` is unit-stride in both ``x`` and ``rx``),
+``j`` goes innermost only when a read slides along both (a window) and ``k``'s extent is a
+constant shorter than ``j``'s: a loop of 3 iterations cannot be vectorised, a row of 32 can.
 """
 
 from __future__ import annotations
@@ -118,7 +120,9 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     store_idx = tuple(ax.var for ax in axes)
     score_j = _unit_stride(store_idx, j) + sum(_unit_stride(r.indices, j) for r in reads)
     score_k = sum(_unit_stride(r.indices, k) for r in reads)
-    if score_j <= score_k:
+    window = any(_unit_stride(r.indices, j) and _unit_stride(r.indices, k) for r in reads)
+    if score_j < score_k or (score_j == score_k
+                             and not (window and _short_inner(raxes[-1], axes[-1]))):
         return None
     jlo, jhi = conv(jlo_t), conv(jhi_t)
     init = For(j, jlo, jhi, Store(buf, store_idx, identity("sum", buf.dtype)))
@@ -140,6 +144,18 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
         kind = "parallel" if n == 0 and parallel else "serial"
         stmt = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), stmt, kind=kind)
     return stmt
+
+
+def _extent(ax: E.IterVar) -> int | None:
+    return int(ax.extent.value) if isinstance(ax.extent, E.Const) else None
+
+
+def _short_inner(k: E.IterVar, j: E.IterVar) -> bool:
+    """Whether, on a tied score, the innermost reduction axis ``k`` is the worse innermost
+    loop: its extent is a constant shorter than ``j``'s (the 3-wide window of a convolution,
+    which no vectoriser can use, against a whole output row)."""
+    ek, ej = _extent(k), _extent(j)
+    return ek is not None and (ej is None or ej > ek)
 
 
 def _lower_terms(e: E.Expr) -> list[E.Expr]:

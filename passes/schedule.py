@@ -1,5 +1,8 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
+:func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
+(:mod:`.schedule_tile`), then :func:`fuse_parallel`, described here.
+
 Lowering marks the outermost data loop of each stage ``"parallel"``.  When that loop is short
 (a batch of 1 in a convolution, 3 output channels), only one or a few threads get work.
 :func:`fuse_parallel` collapses it with the perfectly nested loops below it (the classic
@@ -40,6 +43,19 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
+
+
+def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
+    """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
+    (:func:`.schedule_tile.block_rows`), then, with ``threads``, :func:`fuse_parallel`.
+
+    Both keep the program's meaning (see their docstrings); the LLVM backend compiles the
+    result.
+    """
+    from .schedule_tile import block_rows
+
+    func = block_rows(func)
+    return fuse_parallel(func) if threads else func
 
 
 def fuse_parallel(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
