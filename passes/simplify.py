@@ -54,12 +54,22 @@ class _HoistFactors(ExprMutator):
             return e2
         bound = {a.var for a in e2.axes}
         num, den, sign = _factors(e2.body)
-        inv = [f for f in num if not (free_vars(f) & bound)]
-        inv_den = [f for f in den if not (free_vars(f) & bound)]
+        guard, exact = _nonempty(e2, bound)
+        # a factor moved out is evaluated where the sum's domain may be empty: one that reads
+        # a tensor stays inside unless that domain's condition can guard it (zero-eliminated
+        # extents such as ``select(j0 >= 1, 4, 0)`` protect reads like ``X[j0, j0 - 1]``)
+        def reads(f: E.Expr) -> bool:
+            return any(isinstance(x, E.TensorRead) for x in walk(f))
+
+        def movable(f: E.Expr) -> bool:
+            return not free_vars(f) & bound and (exact or not reads(f))
+
+        inv = [f for f in num if movable(f)]
+        inv_den = [f for f in den if movable(f)]
         if not inv and not inv_den and sign > 0:
             return e2
-        rest = [f for f in num if free_vars(f) & bound]
-        rest_den = [f for f in den if free_vars(f) & bound]
+        rest = [f for f in num if not movable(f)]
+        rest_den = [f for f in den if not movable(f)]
         if not rest:
             return e2  # a sum of an invariant: leave it (it is a count times a value)
         body = _product(rest, e2.dtype)
@@ -71,7 +81,32 @@ class _HoistFactors(ExprMutator):
             out = E.mul(outer, out)
         for d in inv_den:
             out = E.div(out, d)
-        return out if sign > 0 else E.neg(out)
+        out = out if sign > 0 else E.neg(out)
+        if guard is None or not (inv_den or any(reads(f) for f in inv)):
+            return out
+        return E.select(guard, out, E.Zero(e2.dtype))
+
+
+def _nonempty(red: E.Reduce, bound: set[E.Var]) -> tuple[E.Expr | None, bool]:
+    """The condition under which ``red``'s domain can be non-empty (None: always), and
+    whether it is exact (False when ``where`` has conjuncts on the summation variables)."""
+    conds: list[E.Expr] = []
+    for a in red.axes:
+        if not (isinstance(a.extent, E.Const) and a.extent.value > 0):
+            conds.append(E.compare(E.GT, a.extent, E.Const(0, a.extent.dtype)))
+    exact, todo = True, [red.where] if red.where is not None else []
+    while todo:
+        c = todo.pop()
+        if isinstance(c, E.And):
+            todo += [c.a, c.b]
+        elif free_vars(c) & bound:
+            exact = False
+        else:
+            conds.append(c)
+    out = None
+    for c in conds:
+        out = c if out is None else E.logical_and(out, c)
+    return out, exact
 
 
 def hoist_sum_factors(e: E.Expr) -> E.Expr:

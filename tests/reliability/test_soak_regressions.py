@@ -1,0 +1,53 @@
+"""Bugs found by ``benchmarks/soak.py``, each reduced to a regression test."""
+
+import numpy as np
+import pytest
+from gradcheck import check_gradient
+
+import tecomp as tc
+
+
+def _shifted_diagonal():
+    # a factor that does not depend on the summation variable used to be moved out of a sum
+    # whose zero-eliminated extent (select(j0 >= 1 ..., 4, 0)) was what kept it in bounds:
+    # X1[j0, j0 - 1] was then read at j0 = 0
+    n, m = tc.var("n"), tc.var("m")
+    X1 = tc.placeholder((n, m), name="X1", dtype="float64")
+    S4 = tc.compute((4, 3), lambda i0, i1: tc.cast(i0, "float64") * 0.25 * X1[i1 + 1, i1]
+                    + X1[i1 + 1, i1] * X1[i1 + 1, i1], name="S4")
+    return n, m, X1, S4
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (6, 5)])
+def test_hoisted_factor_stays_guarded(shape):
+    n, m, X1, S4 = _shifted_diagonal()
+    x = np.random.default_rng(1).standard_normal(shape)
+    (g,) = tc.gradient(S4, [X1])
+    (naive,) = tc.gradient(S4, [X1], optimize=False)
+    want = tc.evaluate([naive], {X1: x})[0]
+    np.testing.assert_allclose(tc.evaluate([g], {X1: x})[0], want, rtol=1e-12)
+    np.testing.assert_allclose(tc.build(g, [X1])(x), want, rtol=1e-12)
+    check_gradient(S4, [X1], {X1: x}, seed=3, rtol=1e-5, atol=1e-8)
+
+
+def test_hoisted_factor_under_a_select_of_a_strided_read():
+    n = tc.var("n")
+    X2 = tc.placeholder((3,), name="X2", dtype="float64")
+    X1 = tc.placeholder((1,), name="X1", dtype="float64")
+    S3 = tc.compute((3, 1), lambda i0, i1: X2[2 - i0] / (X2[2 - i0] * X2[2 - i0] + 1.0),
+                    name="S3")
+    r = tc.reduce_axis(2, name="r")
+    S4 = tc.compute((1, n), lambda i0, i1: tc.if_then_else(
+        i1 <= i0 + 1, tc.if_then_else(tc.eq((i0 + i0) % 2, 0),
+                                      tc.sum(X2[i0 % 3], axis=r, where=i1 < i0),
+                                      S3[i1 % 3, i1]), X1[(i0 + 2) // 3])
+        * X2[i0 * 2 + 1] + X2[i0 * 2 + 1] * X2[i0 * 2 + 1], name="S4")
+    rng = np.random.default_rng(2)
+    for size in (1, 3):
+        arrays = {X2: rng.standard_normal(3), X1: rng.standard_normal(1), n: size}
+        check_gradient(S4, [X2, X1], arrays, seed=5, rtol=1e-5, atol=1e-8, optimize=True)
+    g = tc.gradient(S4, [X2, X1])
+    a2, a1 = rng.standard_normal(3), rng.standard_normal(1)
+    want = tc.evaluate(tc.gradient(S4, [X2, X1], optimize=False), {X2: a2, X1: a1, n: 3})
+    for got, w in zip(tc.build(g, [X2, X1, n])(a2, a1, 3), want):
+        np.testing.assert_allclose(got, w, rtol=1e-12)
