@@ -9,6 +9,9 @@ uses for ``"parallel"`` loops (default: the CPUs this process may run on; calls 
 :data:`PARALLEL_MIN_BYTES` of data run on one thread).  Every failure raises
 :class:`~tecomp.errors.ArgumentError` naming the tensor and the axis.
 
+Large temporaries the compiled code needs (``pooled`` on the compiled entry) are allocated here,
+once per calling thread, and reused by later calls of that thread.
+
 Inputs are never written: non-contiguous or unaligned arrays are copied to contiguous ones,
 contiguous ones are passed as they are and the generated code only stores into outputs and
 temporaries.  ``out=`` arrays must be C-contiguous, writeable, of the exact dtype and shape,
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -88,7 +92,11 @@ class Kernel:
             a.buffer if isinstance(a, _BufArg) else a.var for a in self._args)
         self.outputs = tuple(outputs) if outputs is not None else tuple(func.outputs)
         self._single = len(self._outs) == 1 if single is None else single
-        nbuf = len(func.inputs) + len(func.outputs)
+        # temporaries the caller provides (LLVM: emit.pooled_buffers): (extents, item size)
+        self._pooled = [(tuple(b.shape), _itemsize(b.dtype)) for b in
+                        getattr(entry, "pooled", ())]
+        self._pool = threading.local()
+        nbuf = len(func.inputs) + len(func.outputs) + len(self._pooled)
         self._threaded = bool(getattr(entry, "threads", False))
         nint = len(func.params) + (1 if self._threaded else 0)
         proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * nbuf +
@@ -198,6 +206,8 @@ class Kernel:
         if record is not None:
             self._bounds.check_sizes(sizes, self.name)  # affine accesses the sizes break
             ptrs.append(record.ctypes.data)
+        if self._pooled:
+            ptrs += self._temporaries(sizes)
         if self._threaded:
             nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
             params.append(self.threads if nbytes >= PARALLEL_MIN_BYTES else 1)
@@ -210,6 +220,31 @@ class Kernel:
         if self._single:
             return outs[0]
         return tuple(outs)
+
+    def _temporaries(self, sizes: dict[E.Var, int]) -> list[int]:
+        """Addresses (64-byte aligned) of this thread's memory for the pooled temporaries,
+        grown when a call needs more: allocated once per thread, not on every call, so large
+        temporaries are not returned to the OS and faulted in again each time.  Concurrent
+        calls run on different threads and so never share a block."""
+        arrays = getattr(self._pool, "arrays", None)
+        if arrays is None:
+            arrays = self._pool.arrays = [None] * len(self._pooled)
+        ptrs = []
+        for n, (dims, itemsize) in enumerate(self._pooled):
+            nbytes = itemsize
+            for d in dims:
+                nbytes *= max(eval_int(d, sizes), 0)
+            a = arrays[n]
+            if a is None or a.nbytes < nbytes + 64:
+                try:
+                    a = arrays[n] = np.empty(nbytes + 64, dtype=np.uint8)
+                except (MemoryError, ValueError):
+                    raise ArgumentError(
+                        f"kernel {self.name!r}: out of memory for a temporary buffer "
+                        f"({nbytes} bytes)") from None
+            addr = a.ctypes.data
+            ptrs.append(addr + (-addr) % 64)
+        return ptrs
 
     def _outputs(self, out: Any, sizes: dict[E.Var, int],
                  ins: list[np.ndarray]) -> list[np.ndarray]:
@@ -252,6 +287,11 @@ class Kernel:
 # Below this many bytes of arguments and results a call runs on one thread: starting threads
 # costs tens of microseconds, more than such a kernel takes.
 PARALLEL_MIN_BYTES = 1 << 16
+
+
+def _itemsize(dtype: str) -> int:
+    """Bytes per element of a buffer of ``dtype`` (bfloat16 is held as float32)."""
+    return 4 if dtype == "bfloat16" else dtypes.to_numpy(dtype).itemsize
 
 
 def _cpu_count() -> int:

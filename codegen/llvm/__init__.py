@@ -22,7 +22,7 @@ from ...passes.schedule import fuse_parallel
 from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
-from .emit import emit_module, symbol_name
+from .emit import emit_module, pooled_buffers, symbol_name
 from .jit import LOCK, JitFunction, compile_ir, load_object, target_key
 
 _USE_DEFAULT: Any = object()
@@ -85,6 +85,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     memory_key = program_key(func, options, target_key())
 
     def build() -> JitFunction:
+        emitted = fuse_parallel(func) if threads else func
+        pooled = pooled_buffers(emitted)
         key = disk_key(memory_key) if store is not None else ""
         if store is not None:
             entry = store.get(key)
@@ -93,19 +95,20 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                     out = load_object(entry["object"], symbol_name(func.name),
                                       str(entry.get("source", "")))
                     out.threads = threads
+                    out.pooled = pooled
                     return out
                 except CompileError:  # unusable entry: compile afresh and overwrite it
                     pass
-        out = compile_now()
+        out = compile_now(emitted)
+        out.pooled = pooled
         if store is not None:
             store.put(key, {"object": out.object_code, "source": out.source})
         return out
 
-    def compile_now() -> JitFunction:
+    def compile_now(emitted: LoweredFunc) -> JitFunction:
         with LOCK:
             try:
-                module = emit_module(fuse_parallel(func) if threads else func,
-                                     threads=threads)
+                module = emit_module(emitted, threads=threads)
             except TecompError:
                 raise
             except Exception as err:  # llvmlite type errors are bugs of the emitter or the IR

@@ -2,13 +2,15 @@
 
 The generated function is ::
 
-    i32 @name(ptr noalias %in0, ..., ptr noalias %out0, ..., i64 %param0, ...)
+    i32 @name(ptr noalias %in0, ..., ptr noalias %out0, ..., ptr noalias %tmp0, ...,
+              i64 %param0, ...)
 
-one pointer per input and output buffer (dense, row-major), then one i64 per scalar parameter
-(symbolic sizes and scalar ``tc.var`` inputs), in the order of ``LoweredFunc.inputs``,
-``.outputs`` and ``.params``; when threading is on, a last i64 gives the number of threads
-``"parallel"`` loops may use.  It returns 0, or 1 when a temporary buffer could not be
-allocated.
+one pointer per input and output buffer (dense, row-major), one per *pooled* temporary
+(:func:`pooled_buffers`: memory the caller provides and reuses across calls), then one i64 per
+scalar parameter (symbolic sizes and scalar ``tc.var`` inputs), in the order of
+``LoweredFunc.inputs``, ``.outputs`` and ``.params``; when threading is on, a last i64 gives
+the number of threads ``"parallel"`` loops may use.  It returns 0, or 1 when a temporary buffer
+could not be allocated.
 
 Statements (the conventions of :mod:`tecomp.loopir`):
 
@@ -16,11 +18,14 @@ Statements (the conventions of :mod:`tecomp.loopir`):
   ``lo`` and ``hi`` evaluated once before it.  A ``"parallel"`` loop outside every other loop
   is outlined and run on several threads when threading is on (:mod:`.parallel`); every other
   loop, whatever its ``kind``, runs serially.
-* ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.
-* ``Allocate``: a ``"local"`` buffer or a temporary of constant size up to
-  :data:`STACK_LIMIT` bytes is an ``alloca`` in the entry block (mem2reg promotes scalars to
-  registers); larger or symbolic temporaries are ``malloc``-ed before the body and ``free``-d
-  after it.
+* ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.  A
+  loop that only folds a float ``max``/``min`` into a local accumulator combines with
+  ``maxnum``/``minnum`` (plain vector instructions) and keeps NaN propagation with a flag
+  fixed up after the loop (:meth:`StmtEmitter._minmax_loop`).
+* ``Allocate``: a temporary of constant size up to :data:`STACK_LIMIT` bytes is an ``alloca``
+  in the entry block (mem2reg promotes scalars to registers); a larger or symbolic one is a
+  pooled argument when :func:`pooled_buffers` lists it (outside every loop), else it is
+  ``malloc``-ed before the body and ``free``-d after it.
 * ``IfThenElse`` branches, ``Seq`` runs in order, ``LetStmt`` binds an SSA value.
 
 Expressions are emitted by :class:`.emit_expr.ExprEmitter`.
@@ -65,6 +70,7 @@ def emit_module(func: LoweredFunc, *, threads: bool = False) -> ir.Module:
 
     With ``threads``, outermost ``"parallel"`` loops are outlined and run on several threads
     (:mod:`.parallel`); the function then takes the thread count as a last i64 argument.
+    The temporaries :func:`pooled_buffers` names are arguments (the caller's memory).
     """
     module = ir.Module(name=symbol_name(func.name))
     FunctionEmitter(module, func, symbol_name(func.name), threads=threads).run()
@@ -72,9 +78,42 @@ def emit_module(func: LoweredFunc, *, threads: bool = False) -> ir.Module:
 
 
 def signature(func: LoweredFunc, threads: bool = False) -> ir.FunctionType:
-    nbuf = len(func.inputs) + len(func.outputs)
+    nbuf = len(func.inputs) + len(func.outputs) + len(pooled_buffers(func))
     extra = 1 if threads else 0
     return ir.FunctionType(T.I32, [T.PTR] * nbuf + [T.I64] * (len(func.params) + extra))
+
+
+def heap_allocated(buf: Buffer) -> bool:
+    """Whether a temporary goes to the heap (symbolic, or over :data:`STACK_LIMIT` bytes)."""
+    count = 1
+    for d in buf.shape:
+        if not isinstance(d, E.Const):
+            return True
+        count *= max(int(d.value), 0)
+    return count * T.elem_size(buf.dtype) > STACK_LIMIT
+
+
+def pooled_buffers(func: LoweredFunc) -> tuple[Buffer, ...]:
+    """The heap temporaries the caller provides (in this order, after the output pointers):
+    those allocated outside every loop, branch and binding, with extents in the function's
+    parameters only — so the caller can size them from the arguments and reuse the memory
+    across calls (:class:`~tecomp.codegen.kernel.Kernel` keeps one set per thread)."""
+    params = set(func.params)
+    out: list[Buffer] = []
+
+    def walk(st: Stmt) -> None:
+        if isinstance(st, Seq):
+            for x in st.stmts:
+                walk(x)
+        elif isinstance(st, Allocate):
+            b = st.buffer
+            if heap_allocated(b) and b not in out and \
+                    all(free_vars(d) <= params for d in b.shape):
+                out.append(b)
+            walk(st.body)
+
+    walk(func.body)
+    return tuple(out)
 
 
 class StmtEmitter(ExprEmitter):
@@ -96,6 +135,7 @@ class StmtEmitter(ExprEmitter):
         self.threads: ir.Value | None = None  # set where parallel loops may be outlined
         self.outlined = 0
         self._minmax_stores: dict[int, tuple[str, E.Expr, ir.Value]] = {}  # by id(Store)
+        self.pool: dict[Buffer, ir.Value] = {}  # temporaries passed in by the caller
 
     def visit(self, e: Any) -> Any:
         if isinstance(e, Stmt):
@@ -233,14 +273,15 @@ class StmtEmitter(ExprEmitter):
     def visit_Allocate(self, s: Allocate) -> None:
         buf = s.buffer
         mt = T.mem_type(buf.dtype)
-        const = [int(x.value) for x in buf.shape if isinstance(x, E.Const)]
-        heap = len(const) != buf.ndim
-        if not heap:
+        heap = heap_allocated(buf)
+        pooled = self.pool.get(buf) if self.loop_depth == 0 else None
+        if pooled is not None:  # the caller's memory (see pooled_buffers)
+            ptr = pooled
+            heap = False
+        elif not heap:
             count = 1
-            for c in const:
-                count *= max(c, 0)
-            heap = count * T.elem_size(buf.dtype) > STACK_LIMIT
-        if not heap:
+            for d in buf.shape:
+                count *= max(int(d.value), 0)
             ptr = self._entry_alloca(mt, max(count, 1), buf.name)
         else:
             ptr = self._malloc(buf)
@@ -347,7 +388,12 @@ class FunctionEmitter(StmtEmitter):
             if buf in self.buffers:
                 raise CompileError(f"emit: buffer {buf.name!r} appears twice in the signature")
             self.buffers[buf] = arg
-        for p, arg in zip(func.params, self.fn.args[len(bufs):]):
+        pooled = pooled_buffers(func)
+        for buf, arg in zip(pooled, self.fn.args[len(bufs):]):
+            arg.name = symbol_name(buf.name)
+            arg.add_attribute("noalias")
+            self.pool[buf] = arg
+        for p, arg in zip(func.params, self.fn.args[len(bufs) + len(pooled):]):
             arg.name = symbol_name(p.name)
             if not T.is_int(p.dtype):
                 raise CompileError(

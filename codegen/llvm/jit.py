@@ -75,6 +75,8 @@ class JitFunction:
     _tracker: Any = field(repr=False, default=None)
     threads: bool = False  # whether the function takes a thread count as its last argument
     object_code: bytes = field(repr=False, default=b"")  # what was linked (for the disk cache)
+    #: temporaries the caller passes after the outputs (``emit.pooled_buffers``)
+    pooled: tuple = ()
 
 
 def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:

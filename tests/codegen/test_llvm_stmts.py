@@ -108,7 +108,55 @@ def test_temporary_buffers(rng, size):
     kern = build_kernel(LoweredFunc("rev", (x,), (y,), params, body))
     a = rng.standard_normal(size or 1000).astype(np.float32)
     np.testing.assert_allclose(kern(a), a[::-1] * 2 + 1, rtol=1e-6)
-    assert ("malloc" in kern.source) == (size != 16)
+    # heap temporaries outside loops are the caller's (pooled) memory, never malloc-ed
+    assert "malloc" not in kern.source
+    assert kern._entry.pooled == (() if size == 16 else (t,))
+    if size is None:  # a larger size grows the pool; a smaller one reuses it
+        for count in (5000, 10, 0, 3000):
+            a = rng.standard_normal(count).astype(np.float32)
+            np.testing.assert_allclose(kern(a), a[::-1] * 2 + 1, rtol=1e-6)
+
+
+def test_pooled_temporaries_are_reused_per_thread(rng):
+    """The pool hands a thread the same block on every call and other threads their own."""
+    import threading
+
+    x = Buffer("X", (n,), "float64", "input")
+    t = Buffer("T", (n,), "float64", "temp")
+    y = Buffer("Y", (n,), "float64", "output")
+    body = Allocate(t, Seq((
+        For(i, c(0), n, Store(t, (i,), load(x, i) * 3.0)),
+        For(i, c(0), n, Store(y, (i,), load(t, n - 1 - i) - 1.0)))))
+    kern = build_kernel(LoweredFunc("pool", (x,), (y,), (n,), body))
+    seen: dict[str, set[int]] = {}
+    real = kern._temporaries
+
+    def spy(sizes):
+        ptrs = real(sizes)
+        seen.setdefault(threading.current_thread().name, set()).update(ptrs)
+        return ptrs
+
+    kern._temporaries = spy
+    bad = []
+    alive = threading.Barrier(3)  # all threads hold their blocks at the same time
+
+    data = [rng.standard_normal(count) for count in (4000, 4000, 100, 4000)]
+
+    def run():
+        for a in data:
+            if not np.array_equal(kern(a), a[::-1] * 3 - 1):
+                bad.append(a.size)
+        alive.wait()
+
+    threads = [threading.Thread(target=run, name=f"w{w}") for w in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not bad
+    assert all(len(p) == 1 for p in seen.values()), seen  # one block per thread, reused
+    blocks = [next(iter(p)) for p in seen.values()]
+    assert len(set(blocks)) == len(blocks)  # never shared between threads
 
 
 def test_temporary_inside_loop_is_freed_each_iteration(rng):
