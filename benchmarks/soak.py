@@ -11,7 +11,11 @@ Draws programs from the hypothesis strategies of the reliability tests
   pipeline compiled at ``--opt-level`` (compiling at O3 dominates the run time otherwise);
 * ``tc.optimize`` preserves the evaluator's results;
 * for ``--gradients`` smooth float64 programs, ``tc.gradient`` (naive and optimised,
-  alternating) against central finite differences.
+  alternating) against central finite differences, and the optimised gradient compiled (same
+  pipeline, bounds proofs included) against the evaluator.
+
+Every compiled program goes through the bounds pass, so an affine access that leaves its
+tensor fails the build (``LoweringError``) instead of reading foreign memory.
 
 Prints counts per check and the first program of each distinct failure (by exception type and
 first message line).  Exit status 1 when anything failed.
@@ -150,6 +154,20 @@ def main() -> int:
             check_gradient(prog.outputs[-1], prog.floats, prog.bindings(prog.arrays(seed)),
                            seed=seed % 2**16, rtol=1e-5, atol=1e-8, optimize=bool(seed % 2))
         tally.run("gradient == finite differences", prog, check)
+
+        def compiled() -> None:
+            grads = tc.gradient(prog.outputs[-1], prog.floats)
+            b = prog.bindings(prog.arrays(seed))
+            want = tc.evaluate(grads, b)
+            outs = list(grads)
+            lowered = tc.lower(outs, prog.inputs)
+            func, bounds = add_bounds_checks(lowered.func)
+            entry = compile_function(func, speed_level=args.opt_level)
+            kernel = Kernel(func, entry, inputs=prog.inputs, outputs=outs,
+                            hidden=lowered.constants, single=False, bounds=bounds)
+            for k, (g, w) in enumerate(zip(kernel(*prog.arrays(seed)), want)):
+                assert_same(g, w, f"gradient {k}")
+        tally.run("compiled gradient == evaluator", prog, compiled)
 
     t0 = time.perf_counter()
     if args.programs:
