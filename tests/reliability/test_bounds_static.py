@@ -154,3 +154,24 @@ def test_rule_table_gradients_have_no_false_positive():
         c = case(rng)
         outs = [c["out"], *tc.gradient(c["out"], c["inputs"])]
         assert _checks(outs, list(c["arrays"])) == ([], []), name
+
+
+def test_cuda_size_check_runs_before_anything_reaches_the_device():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen" / "cuda"))
+    from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+
+    n, m = tc.var("n"), tc.var("m")
+    A = tc.placeholder((m,), name="A")
+    w = tc.placeholder((n,), name="w")
+    B = tc.compute((n,), lambda i: A[i] * w[i], name="B")
+    kernel = tc.build(B, [A, w], target="cuda", name="size_checked")
+    assert len(kernel._bounds.sizes) == 1
+    dev = EmulatedDevice()
+    with pytest.raises(tc.IndexBoundsError, match=r"m = 2, n = 4 .*'A'.*nothing was run"):
+        kernel.launch([np.ones(2, np.float32), np.ones(4, np.float32)], device=dev)
+    assert not dev.mem
+    if not gxx_available():
+        return
+    compile_emulated([kernel.source])
+    a, x = np.arange(5, dtype=np.float32), np.full(3, 2.0, np.float32)
+    np.testing.assert_array_equal(kernel.launch([a, x], device=EmulatedDevice()), [0, 2, 4])
