@@ -2,6 +2,7 @@
 
     python benchmarks/soak.py --programs 10000 --gradients 1000 [--seed 0] [--opt-level 1]
     python benchmarks/soak.py --kernels 1000     # memory while compiling distinct kernels
+    python benchmarks/soak.py --bounds-cost      # build-time cost of the static bounds proofs
 
 Draws programs from the hypothesis strategies of the reliability tests
 (``tests/reliability/strategies.py``) and checks, for each:
@@ -97,6 +98,27 @@ def compile_memory(count: int) -> int:
     return 0
 
 
+def bounds_cost(repeat: int = 9) -> int:
+    """Median time of :func:`add_bounds_checks` (the static proofs) on conv2d gradients."""
+    for label, symbolic in (("constant sizes", False), ("symbolic n, h, w", True)):
+        n, h, w = (tc.var("n"), tc.var("h"), tc.var("w")) if symbolic else (8, 32, 32)
+        X = tc.placeholder((n, 16, h, w), name="X")
+        W = tc.placeholder((32, 16, 3, 3), name="W")
+        for stride, pad in ((1, 1), (2, 1)):
+            Y = tc.ops.conv2d(X, W, stride=stride, padding=pad)
+            func = tc.lower([Y, *tc.gradient(Y, [X, W])], [X, W]).func
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                _, info = add_bounds_checks(func)
+                times.append(time.perf_counter() - t0)
+            extra = "nothing added" if info is None else f"{len(info.checks)} runtime checks, " \
+                f"{len(info.sizes)} size checks"
+            print(f"  conv2d stride {stride} padding {pad} + gradient, {label}: "
+                  f"{1e3 * sorted(times)[repeat // 2]:.1f} ms (median of {repeat}; {extra})")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=10000)
@@ -107,7 +129,11 @@ def main() -> int:
     ap.add_argument("--kernels", type=int, default=0,
                     help="only compile this many distinct kernels (tc.build, O3) and report "
                          "the resident set size")
+    ap.add_argument("--bounds-cost", action="store_true",
+                    help="only time the static bounds proofs on conv2d gradients")
     args = ap.parse_args()
+    if args.bounds_cost:
+        return bounds_cost()
     if args.kernels:
         return compile_memory(args.kernels)
     warnings.simplefilter("ignore")
