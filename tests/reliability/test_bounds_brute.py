@@ -86,3 +86,47 @@ def test_enumeration_helper_sees_violations():
     # the brute force itself must find a violation where one is planted
     found = [bool(_case(np.random.default_rng(s))[1]) for s in range(30)]
     assert any(found) and not all(found)
+
+
+def test_size_conditions_agree_with_enumeration():
+    """Symbolic sizes: ``for i in [0, n): A[a*i + b]`` with ``A`` of extent ``m`` (or 5); the
+    verdict (in bounds, size condition, build error) matches enumeration for n, m < 8."""
+    from tecomp.passes.bounds_affine import eval_cond
+
+    n, m, i = E.Var("n", I64), E.Var("m", I64), E.Var("i", I64)
+    rng = np.random.default_rng(7)
+    kinds = set()
+    for _ in range(40):
+        a, b = int(rng.integers(-2, 3)), int(rng.integers(-3, 4))
+        ext = m if rng.random() < 0.6 else c(5)
+        hi = n if rng.random() < 0.8 else E.Sub(n, c(1), I64)
+        idx = E.Add(E.Mul(c(a), i, I64), c(b), I64)
+        plus_n = rng.random() < 0.3
+        if plus_n:
+            idx = E.Add(idx, n, I64)
+        A = Buffer("A", (ext,), "float32", "input")
+        B = Buffer("B", (n,), "float32", "input")
+        out = Buffer("out", (), "float32", "output")
+        body = Store(out, (), BufferLoad(A, (idx,), "float32"), reduce="sum")
+        func = LoweredFunc("f", (A, B), (out,), (n, m), For(i, c(0), hi, body))
+
+        def bad(nv, mv, a=a, b=b, sym=ext is m, full=hi is n, plus_n=plus_n):
+            e, top = (mv if sym else 5), (nv if full else nv - 1)
+            return any(not 0 <= a * iv + b + (nv if plus_n else 0) < e for iv in range(top))
+        grid = [(nv, mv) for nv in range(8) for mv in range(8)]
+        try:
+            _, info = add_bounds_checks(func)
+        except tc.LoweringError:
+            kinds.add("error")  # wrong for every size that runs the loop at all
+            ran = [(nv, mv) for nv, mv in grid if (nv if hi is n else nv - 1) > 0]
+            assert all(bad(nv, mv) for nv, mv in ran)
+            continue
+        if info is None:
+            kinds.add("safe")
+            assert not any(bad(nv, mv) for nv, mv in grid)
+            continue
+        assert not any(ch.affine for ch in info.checks) and len(info.sizes) == 1
+        kinds.add("sizes")
+        for nv, mv in grid:
+            assert eval_cond(info.sizes[0].cond, {n: nv, m: mv}) == bad(nv, mv), (nv, mv)
+    assert kinds == {"error", "safe", "sizes"}
