@@ -211,7 +211,9 @@ class AffineProver:
         self.params: dict[str, E.Expr] = {**free, **{n: e for e, n in opaque.items()}}
         self._opaque = opaque
         names = sorted(self.params)
-        self.space = isl.Space.create_from_names(isl.DEFAULT_CONTEXT, set=sorted(bound),
+        # a context of its own: isl contexts are not thread-safe, and tc.build may run in threads
+        self._ctx = isl.Context()
+        self.space = isl.Space.create_from_names(self._ctx, set=sorted(bound),
                                                  params=names)
         self._ls = isl.LocalSpace.from_space(self.space)
         self._dim = {n: (_T.set, i) for i, n in enumerate(sorted(bound))}
@@ -237,7 +239,7 @@ class AffineProver:
     # ---------------------------------------------------------------- translation
     def _const(self, v: int) -> isl.PwAff:
         aff = isl.Aff.zero_on_domain(self._ls).set_constant_val(
-            isl.Val.int_from_si(isl.DEFAULT_CONTEXT, int(v)))
+            isl.Val.int_from_si(self._ctx, int(v)))
         return isl.PwAff.from_aff(aff)
 
     def aff(self, e: E.Expr) -> isl.PwAff | None:
@@ -297,7 +299,7 @@ class AffineProver:
             d = int(e.b.value)
             if d <= 0:
                 return None
-            val = isl.Val.int_from_si(isl.DEFAULT_CONTEXT, d)
+            val = isl.Val.int_from_si(self._ctx, d)
             return a.scale_down_val(val).floor() if isinstance(e, E.FloorDiv) \
                 else a.mod_val(val)
         return None
@@ -348,7 +350,7 @@ class AffineProver:
             if lo is None:
                 exact = False
             else:
-                step = isl.Val.int_from_si(isl.DEFAULT_CONTEXT, s.step)
+                step = isl.Val.int_from_si(self._ctx, s.step)
                 dom = dom.intersect(v.sub(lo).mod_val(step).eq_set(self._const(0)))
         self._push(s.var, dom, exact)
 
