@@ -174,6 +174,47 @@ def _upper_terms(e: E.Expr) -> list[E.Expr]:
     return [e]
 
 
+def _floor_form(t: E.Expr, j: E.Var):
+    """``(a, r, c, d)`` with ``t == (a*j + r) // c + d``, ``a`` in {1, -1}, ``c >= 1`` and
+    ``r, d`` free of ``j``; None when ``t`` is not of that form."""
+    if isinstance(t, (E.Add, E.Sub)) and j not in _vars(t.b):
+        inner = _floor_form(t.a, j)
+        if inner is None:
+            return None
+        a, r, c, d = inner
+        return a, r, c, (E.add(d, t.b) if isinstance(t, E.Add) else E.sub(d, t.b))
+    if isinstance(t, E.Add) and j not in _vars(t.a):
+        inner = _floor_form(t.b, j)
+        return None if inner is None else (*inner[:3], E.add(inner[3], t.a))
+    if isinstance(t, E.FloorDiv) and isinstance(t.b, E.Const) and int(t.b.value) >= 1:
+        a = coefficient(t.a, j)
+        if a not in (1, -1):
+            return None
+        from tecomp.functor import substitute
+
+        return a, substitute(t.a, {j: E.Const(0, j.dtype)}), int(t.b.value), E.Const(0, j.dtype)
+    return None
+
+
+def _invert_floor(t: E.Expr, k: E.Var, j: E.Var, lower: bool):
+    """For a bound term ``t = (a*j + r) // c + d`` of ``k`` (``k >= t`` when ``lower``, else
+    ``k < t``): ``(side, bound of j, j at which t is extreme)`` or None.  ``k >= t`` means
+    ``c*(k - d + 1) > a*j + r``; ``k < t`` means ``c*(k - d + 1) <= a*j + r``."""
+    form = _floor_form(t, j)
+    if form is None:
+        return None
+    a, r, c, d = form
+    one = E.Const(1, j.dtype)
+    ck = E.mul(E.Const(c, j.dtype), E.add(k, E.sub(one, d)))  # c * (k - d + 1)
+    if lower:
+        if a == 1:   # j < c*(k - d + 1) - r; t grows with j: its least value is at jlo
+            return "hi", E.add(ck, E.neg(r)), "lo"
+        return "lo", E.add(r, E.sub(one, ck)), "last"   # j >= r - c*(k - d + 1) + 1
+    if a == 1:       # j >= c*(k - d + 1) - r; t's greatest value is at the last j
+        return "lo", E.add(ck, E.neg(r)), "last"
+    return "hi", E.add(r, E.sub(one, ck)), "lo"        # j < r - c*(k - d + 1) + 1
+
+
 def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Expr):
     """Bounds of the reduction axes once the data axis ``j`` (range ``[jlo, jhi)``) moves
     inside them, and the extra bounds of ``j`` (Fourier–Motzkin on unit coefficients).
@@ -186,8 +227,12 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
     the new bounds of ``j`` keep exactly the original pairs).  Worked example, the input
     gradient of a 3-wide convolution over 32 outputs: ``for k in [max(j - 31, 0), min(j, 2)
     + 1)`` inside ``j in [0, 34)`` becomes ``for k in [0, 3)`` around ``j in [max(0, k),
-    min(34, k + 32))``.  Returns ``(((lo, hi) per axis), j lower terms, j upper terms)``, or
-    None when a bound is not of that form.
+    min(34, k + 32))``.  A term ``(a*j + r) // c + d`` with ``a = ±1`` and ``c >= 1`` (the
+    windows of a dilated or strided convolution's gradient) inverts exactly too: ``k >= (j +
+    r) // c + d`` is ``j < c*(k - d + 1) - r`` (see :func:`_invert_floor`); a dilation-2
+    window ``for k in [max((j - 30) // 2, 0), min(j // 2, 2) + 1)`` becomes ``for k in [0,
+    3)`` around ``j in [max(.., 2*k), min(.., 2*k + 32))``.  Returns ``(((lo, hi) per axis),
+    j lower terms, j upper terms)``, or None when a bound is not of that form.
     """
     from tecomp.functor import substitute
 
@@ -203,6 +248,14 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
         nhi: E.Expr | None = None
         for t in _lower_terms(lo):
             c = coefficient(t, j)
+            if c is None:
+                inv = _invert_floor(t, k, j, True)
+                if inv is None:
+                    return None
+                (jl if inv[0] == "lo" else jh).append(inv[1])
+                t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
+                nlo = t if nlo is None else E.maximum(nlo, t)
+                continue
             if c not in (0, 1, -1):
                 return None
             r = substitute(t, {j: E.Const(0, j.dtype)})
@@ -215,6 +268,14 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
             nlo = t if nlo is None else E.maximum(nlo, t)
         for t in _upper_terms(hi):
             c = coefficient(t, j)
+            if c is None:
+                inv = _invert_floor(t, k, j, False)
+                if inv is None:
+                    return None
+                (jl if inv[0] == "lo" else jh).append(inv[1])
+                t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
+                nhi = t if nhi is None else E.minimum(nhi, t)
+                continue
             if c not in (0, 1, -1):
                 return None
             r = substitute(t, {j: E.Const(0, j.dtype)})

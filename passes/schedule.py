@@ -47,14 +47,16 @@ from tecomp.loopir import (
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
-    (:func:`.schedule_tile.block_rows`), then, with ``threads``, :func:`fuse_parallel`.
+    (:func:`.schedule_tile.block_rows`) and of plain-order reductions
+    (:func:`.schedule_dot.block_dots`), then, with ``threads``, :func:`fuse_parallel`.
 
     Both keep the program's meaning (see their docstrings); the LLVM backend compiles the
     result.
     """
+    from .schedule_dot import block_dots
     from .schedule_tile import block_rows
 
-    func = block_rows(func)
+    func = block_dots(block_rows(func))
     return fuse_parallel(func) if threads else func
 
 

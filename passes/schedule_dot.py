@@ -1,0 +1,227 @@
+"""Register blocking of reductions kept in the plain order ("dot products") on loop IR.
+
+A reduction whose innermost axis is unit-stride in its reads stays in the plain order
+(:mod:`.lower_stage`): ``C[i, k] = sum_j A[i, j] * B[k, j]`` (a dense layer ``x @ W.T``, the
+input gradient of a matmul) lowers to ::
+
+    for (i, ..) { for (k, ..) {
+      allocate acc (local) { acc = 0;  for (j, ..) { acc += v(i, k, j) };  C[i, k] = f(acc) }
+    } }
+
+LLVM vectorises the ``j`` loop as a reduction, but each multiply-add loads two vectors, and
+every row ``A[i, :]`` and ``B[k, :]`` is read once per partner.  :func:`block_dots` computes an
+``rows x cols`` block of ``(i, k)`` pairs at once, each in its own local (the register
+blocking of Lam, Rothberg & Wolf, ASPLOS 1991; the dot-product micro-kernel of BLIS's
+``gemmt`` / "inner product" order)::
+
+    for (i, ilo, <whole blocks>, step R) {
+      for (k, klo, <whole blocks>, step U) {
+        acc_0_0 = 0 ... acc_{R-1}_{U-1} = 0
+        for (j, ..) { acc_r_u += v(i + r, k + u, j)  for every r < R, u < U }
+        C[i + r, k + u] = f(acc_r_u)                  for every r, u
+      }
+      for (k, <last columns>) { the original body for rows i, .., i + R - 1 }
+    }
+    for (i, <last rows>) { the original body }
+
+so that one vector of ``A[i + r, j]`` serves ``U`` accumulators and one of ``B[k + u, j]``
+serves ``R``: ``R + U`` loads per ``R * U`` multiply-adds instead of ``2`` per ``1``.  The
+vectoriser keeps the ``R * U`` partial sums in vector registers.
+
+Legality.  Each local accumulates exactly the terms of its own element in the original order
+with the original combiner (any of sum, prod, max, min), so results are bit-identical to the
+plain loop (up to the backend's fast-math reassociation, which applies to both).  The rewrite
+applies only when: the row loop's whole body is the column loop (steps 1), whose whole body
+is one ``Allocate`` of a scalar local holding, in order, its initialisation, a perfect nest of
+reduction loops around one unguarded accumulation into the local, and one store of the
+element; the reduction bounds and the column bounds do not use the row variable (and the
+reduction bounds not the column variable); the element's index holds both bare variables and
+no reduction variable; and neither the accumulated value nor the stored expression reads the
+stored buffer.  Distinct ``(i, k)`` pairs then write distinct elements and read nothing any
+other pair writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.functor import children, fresh_name
+from tecomp.loopir import (
+    Allocate,
+    Buffer,
+    BufferLoad,
+    For,
+    IfThenElse,
+    LetStmt,
+    LoweredFunc,
+    Seq,
+    Stmt,
+    Store,
+)
+
+from .schedule_tile import (
+    _extent,
+    _map_loops,
+    _nodes,
+    _plus,
+    _rebuild,
+    _seq,
+    _split_end,
+    _subst,
+    _vars,
+)
+
+
+def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4) -> LoweredFunc:
+    """Compute ``rows x cols`` blocks of plain-order reductions in separate locals (above)."""
+    if rows < 1 or cols < 1:
+        raise ValueError("block_dots: rows and cols must be positive")
+    names = _names(func)
+
+    def rewrite(loop: For) -> Stmt | None:
+        return _block(loop, rows, cols, names)
+
+    body = _map_loops(func.body, rewrite)
+    return func if body is func.body else replace(func, body=body)
+
+
+def _match(loop: For):
+    col = loop.body
+    if loop.step != 1 or not isinstance(col, For) or col.step != 1:
+        return None
+    alloc = col.body
+    if not (isinstance(alloc, Allocate) and alloc.buffer.scope == "local"
+            and not alloc.buffer.shape and isinstance(alloc.body, Seq)
+            and len(alloc.body.stmts) == 3):
+        return None
+    acc = alloc.buffer
+    init, nest, fin = alloc.body.stmts
+    if not (isinstance(init, Store) and init.buffer == acc and init.reduce is None
+            and isinstance(init.value, E.Const)):
+        return None
+    ks: list[For] = []
+    s: Stmt = nest
+    while isinstance(s, For) and s.step == 1:
+        ks.append(s)
+        s = s.body
+    if not ks or not (isinstance(s, Store) and s.buffer == acc and s.reduce is not None):
+        return None
+    upd = s
+    if not (isinstance(fin, Store) and fin.reduce is None and fin.buffer != acc
+            and fin.buffer.scope != "local"):
+        return None
+    i, k = loop.var, col.var
+    kvars = {x.var for x in ks}
+    if i not in fin.indices or k not in fin.indices:
+        return None
+    if any(_vars(e) & kvars for e in fin.indices):
+        return None
+    for x in ks:
+        if _vars(x.lo) & {i, k} or _vars(x.hi) & {i, k}:
+            return None
+    if _vars(col.lo) & {i} or _vars(col.hi) & {i}:
+        return None
+    for e in (upd.value, fin.value):
+        if any(isinstance(x, BufferLoad) and x.buffer == fin.buffer for x in _nodes(e)):
+            return None
+    return col, acc, init, ks, upd, fin
+
+
+def _block(loop: For, rows: int, cols: int, names: set[str]) -> Stmt | None:
+    m = _match(loop)
+    if m is None:
+        return None
+    col, acc, init, ks, upd, fin = m
+    i, k = loop.var, col.var
+    iext, kext = _extent(loop.lo, loop.hi), _extent(col.lo, col.hi)
+    r_n = rows if iext is None else max(1, min(rows, iext))
+    u_n = cols if kext is None else max(1, min(cols, kext))
+    if r_n * u_n == 1:
+        return None
+    accs: dict[tuple[int, int], Buffer] = {}
+    for r in range(r_n):
+        for u in range(u_n):
+            b = Buffer(fresh_name(f"{acc.name}{r}_{u}", names), (), acc.dtype, "local")
+            names.add(b.name)
+            accs[r, u] = b
+    inits, sums, outs = [], [], []
+    for (r, u), b in accs.items():
+        sub = {i: _plus(i, r), k: _plus(k, u)}
+        load = {acc: BufferLoad(b, (), b.dtype)}
+        inits.append(Store(b, (), init.value))
+        sums.append(Store(b, (), _subst(upd.value, sub), upd.reduce))
+        outs.append(Store(fin.buffer, tuple(_subst(e, sub) for e in fin.indices),
+                          _swap_acc(_subst(fin.value, sub), load)))
+    body: Stmt = _seq(sums)
+    for x in reversed(ks):
+        body = replace(x, body=body)
+    tile: Stmt = Seq((*inits, body, *outs))
+    for b in reversed(list(accs.values())):
+        tile = Allocate(b, tile)
+    kmain = _split_end(col.lo, col.hi, u_n)
+    parts: list[Stmt] = [For(k, col.lo, kmain, tile, step=u_n)]
+    if not (kext is not None and kext % u_n == 0):
+        last = replace(col, lo=kmain)
+        parts += [_subst_stmt(last, {i: _plus(i, r)} if r else {}) for r in range(r_n)]
+    if r_n == 1:
+        return replace(loop, body=_seq(parts))
+    imain = _split_end(loop.lo, loop.hi, r_n)
+    main = For(i, loop.lo, imain, _seq(parts), step=r_n, kind=loop.kind)
+    if iext is not None and iext % r_n == 0:
+        return main
+    return Seq((main, replace(loop, lo=imain)))
+
+
+def _swap_acc(e: E.Expr, load: dict[Buffer, E.Expr]) -> E.Expr:
+    """``e`` with loads of the old local replaced by loads of the block's local."""
+    (old, new), = load.items()
+    if isinstance(e, BufferLoad):
+        return new if e.buffer == old else e
+    cs = children(e)
+    if not cs:
+        return e
+    kids = tuple(_swap_acc(x, load) for x in cs)
+    return e if all(a is b for a, b in zip(kids, cs)) else _rebuild(e, kids)
+
+
+def _subst_stmt(s: Stmt, mapping: dict[E.Var, E.Expr]) -> Stmt:
+    if not mapping:
+        return s
+    f = _subst_stmt
+    if isinstance(s, For):
+        return replace(s, lo=_subst(s.lo, mapping), hi=_subst(s.hi, mapping),
+                       body=f(s.body, mapping))
+    if isinstance(s, Seq):
+        return Seq(tuple(f(x, mapping) for x in s.stmts))
+    if isinstance(s, Store):
+        return replace(s, indices=tuple(_subst(x, mapping) for x in s.indices),
+                       value=_subst(s.value, mapping))
+    if isinstance(s, Allocate):
+        return replace(s, body=f(s.body, mapping))
+    if isinstance(s, LetStmt):
+        return replace(s, value=_subst(s.value, mapping), body=f(s.body, mapping))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(_subst(s.cond, mapping), f(s.then, mapping),
+                          None if s.else_ is None else f(s.else_, mapping))
+    raise TypeError(f"block_dots: unknown statement {type(s).__name__}")
+
+
+def _names(func: LoweredFunc) -> set[str]:
+    out = {p.name for p in func.params} | {b.name for b in func.inputs + func.outputs}
+    stack: list = [func.body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (For, LetStmt)):
+            out.add(x.var.name)
+        if isinstance(x, Allocate):
+            out.add(x.buffer.name)
+        if isinstance(x, Seq):
+            stack.extend(x.stmts)
+        elif isinstance(x, (For, LetStmt, Allocate)):
+            stack.append(x.body)
+        elif isinstance(x, IfThenElse):
+            stack.append(x.then)
+            if x.else_ is not None:
+                stack.append(x.else_)
+    return out
