@@ -2,7 +2,8 @@
 
 * :mod:`.types` — dtype ↔ LLVM type mapping and conversions;
 * :mod:`.emit_expr` / :mod:`.emit` — expressions and statements to LLVM IR;
-* :mod:`.parallel` — ``"parallel"`` loops outlined and run on POSIX threads;
+* :mod:`.vmath` — inline, vectorisable exp/log/tanh/sigmoid;
+* :mod:`.parallel` / :mod:`.runtime` — ``"parallel"`` loops outlined and run on POSIX threads;
 * :mod:`.jit` — target machine, O3 pipeline with vectorisation, JIT.
 
 :func:`compile_function` is the entry point: it returns the compiled function of a

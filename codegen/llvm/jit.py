@@ -6,10 +6,16 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
 * ``optimise`` — the new pass manager at speed level 3 with loop vectorisation, SLP
   vectorisation, unrolling and interleaving, on a target machine that carries the host CPU name
   and features (without them LLVM only uses SSE);
-* ``jit`` — the target machine emits an object file and ORC's LLJIT links it against the
-  running process (``malloc``/``free`` from libc, ``tanhf``/``erff``/``expf``... from libm,
-  which Python has loaded) and returns the function's address.  An unresolved symbol is an
-  error here, never a crash.
+* ``jit`` — the target machine emits an object file and an ORC LLJIT of its own links it
+  against the running process (``malloc``/``free``/``pthread_create`` from libc, ``erf``...
+  from libm, which Python has loaded) and the parallel-loop runtime (:mod:`.runtime`,
+  compiled once into a process-wide JIT), and returns the function's address.  An unresolved
+  symbol is an error here, never a crash.
+
+Memory: each module is parsed into a fresh LLVM context (the global one keeps every type and
+constant for ever), the pass manager llvmlite leaves undisposed is disposed of, and a kernel's
+JIT is dropped with its :class:`JitFunction` (an evicted cache entry), so compiling many
+distinct kernels does not grow the process beyond what the caches hold.
 
 LLVM's global state in llvmlite is not thread-safe, so every stage runs under one process-wide
 lock; calling compiled code needs no lock.
@@ -79,6 +85,25 @@ class JitFunction:
     pooled: tuple = ()
 
 
+class _Library:
+    """Linked code and the JIT holding it, released in that order when dropped."""
+
+    def __init__(self, tracker: Any, jit: Any) -> None:
+        self.tracker, self.jit = tracker, jit
+
+    def __del__(self) -> None:
+        lock = LOCK
+        if lock is None:  # interpreter shutdown: the process is going away anyway
+            return
+        with lock:
+            try:
+                self.tracker.close()
+                if self.jit is not _state.get("jit"):
+                    self.jit.close()
+            except Exception:  # noqa: BLE001 - never raise from a finaliser
+                pass
+
+
 def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
     """Run the O``speed_level`` pipeline with vectorisation on ``module`` in place."""
     st = _init()
@@ -88,10 +113,22 @@ def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
     pto.loop_unrolling = speed_level >= 2
     pto.loop_interleaving = speed_level >= 2
     pb = llvm.create_pass_builder(st["tm"], pto)
-    pb.getModulePassManager().run(module, pb)
+    mpm = pb.getModulePassManager()
+    try:
+        mpm.run(module, pb)
+    finally:
+        # llvmlite never frees a module pass manager (the whole O3 pipeline, ~0.1 MiB a
+        # compile): dispose of it here, then of the builder and the options
+        dispose = getattr(llvm.ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
+        if dispose is not None:
+            dispose(mpm)
+            mpm.detach()
+        pb.close()
+        pto.close()
 
 
-def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3) -> JitFunction:
+def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
+               link_runtime: bool = True) -> JitFunction:
     """Verify, optimise and JIT-compile ``module``; return the function called ``name``.
 
     The optimised module is compiled to an object file (``JitFunction.object_code``) which is
@@ -102,7 +139,8 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3) -> J
     with LOCK:
         st = _init()
         try:
-            mod = llvm.parse_assembly(text)
+            # a context per module: the global one keeps every type and constant forever
+            mod = llvm.parse_assembly(text, context=llvm.create_context())
             mod.triple = st["tm"].triple
             mod.data_layout = str(st["tm"].target_data)
             mod.verify()
@@ -118,24 +156,46 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3) -> J
             obj = st["tm"].emit_object(mod)
         except RuntimeError as err:
             raise CompileError(f"jit: could not generate code for {name!r}: {err}") from None
-        out = load_object(obj, name, source)
+        mod.close()  # the module first, then (unreferenced) its context
+        out = load_object(obj, name, source, link_runtime=link_runtime)
         return out
 
 
-def load_object(obj: bytes, name: str, source: str) -> JitFunction:
+def runtime_address() -> int:
+    """The address of the parallel-loop runtime (:mod:`.runtime`), compiled on first use and
+    kept for the life of the process."""
+    with LOCK:
+        st = _init()
+        if "runtime" not in st:
+            from .runtime import SYMBOL, build_module
+
+            st["runtime"] = compile_ir(build_module(), SYMBOL, link_runtime=False)
+        return st["runtime"].address
+
+
+def load_object(obj: bytes, name: str, source: str, *,
+                link_runtime: bool = True) -> JitFunction:
     """Link the object code ``obj`` (made by :func:`compile_ir` on this machine) into the
-    process and return its function ``name``; ``source`` is the optimised IR it came from."""
+    process and return its function ``name``; ``source`` is the optimised IR it came from.
+    The runtime's symbol (:func:`runtime_address`) is resolved for it."""
     with LOCK:
         st = _init()
         lib = f"{name}.{next(_library_ids)}"
         try:
-            tracker = (llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
-                       .export_symbol(name).link(st["jit"], lib))
-            address = tracker[name]
+            builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+            if link_runtime:
+                from .runtime import SYMBOL
+
+                builder = builder.import_symbol(SYMBOL, runtime_address())
+            # kernels get a JIT each (dropped with the kernel: its dylib and symbol tables go
+            # too); the runtime stays in the process-wide one
+            jit = llvm.create_lljit_compiler(st["tm"]) if link_runtime else st["jit"]
+            library = _Library(builder.export_symbol(name).link(jit, lib), jit)
+            address = library.tracker[name]
         except RuntimeError as err:
             raise CompileError(f"jit: could not load {name!r}: {err}") from None
         if not address:
             raise CompileError(f"jit: the function {name!r} has no address")
-        out = JitFunction(name, address, source, tracker)
+        out = JitFunction(name, address, source, library)
         out.object_code = obj
         return out
