@@ -73,14 +73,27 @@ from .schedule_tile import (
 )
 
 
-def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4) -> LoweredFunc:
-    """Compute ``rows x cols`` blocks of plain-order reductions in separate locals (above)."""
+def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
+               min_inner: int = 8) -> LoweredFunc:
+    """Compute ``rows x cols`` blocks of plain-order reductions in separate locals (above).
+
+    A nest whose innermost reduction loop has a constant extent below ``min_inner`` (the
+    3-wide window of a strided convolution) is left alone: the vectoriser cannot use so short
+    a loop, and the blocked scalar code is slower than the plain one.
+    """
     if rows < 1 or cols < 1:
         raise ValueError("block_dots: rows and cols must be positive")
     names = _names(func)
 
     def rewrite(loop: For) -> Stmt | None:
-        return _block(loop, rows, cols, names)
+        m = _match(loop)
+        if m is None:
+            return None
+        inner = m[3][-1]
+        ext = _extent(inner.lo, inner.hi)
+        if ext is not None and ext < min_inner:
+            return None
+        return _block(loop, m, rows, cols, names)
 
     body = _map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
@@ -128,10 +141,7 @@ def _match(loop: For):
     return col, acc, init, ks, upd, fin
 
 
-def _block(loop: For, rows: int, cols: int, names: set[str]) -> Stmt | None:
-    m = _match(loop)
-    if m is None:
-        return None
+def _block(loop: For, m: tuple, rows: int, cols: int, names: set[str]) -> Stmt | None:
     col, acc, init, ks, upd, fin = m
     i, k = loop.var, col.var
     iext, kext = _extent(loop.lo, loop.hi), _extent(col.lo, col.hi)

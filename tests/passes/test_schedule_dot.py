@@ -82,7 +82,7 @@ def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
     out, ins = _random_case(rng)
     rows, cols = int(rng.integers(1, 6)), int(rng.integers(2, 6))
     func, _ = lower_program([out], ins)
-    blocked = block_dots(func, rows=rows, cols=cols)
+    blocked = block_dots(func, rows=rows, cols=cols, min_inner=1)
     assert blocked is not func or int(out.shape[1].value) == 1
     arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
               for t in ins]

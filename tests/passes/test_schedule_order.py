@@ -91,3 +91,19 @@ def test_strided_and_dilated_convolution_gradients(stride, dilation, pad):
         assert any(isinstance(x.body, tc.loopir.Store) and x.body.reduce == "sum"
                    for x in inner)
 
+
+
+def test_strided_convolution_puts_the_output_column_innermost():
+    rng = np.random.default_rng(5)
+    X = tc.placeholder((1, 2, 40, 40), name="X")
+    W = tc.placeholder((3, 2, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, stride=2, padding=1)
+    func, consts = lower_program([Y], [X, W])
+    acc = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
+           and x.body.reduce == "sum"]
+    assert [x.var.name for x in acc] == ["x"]
+    arrays = [rng.standard_normal((1, 2, 40, 40)).astype(np.float32),
+              rng.standard_normal((3, 2, 3, 3)).astype(np.float32)]
+    (got,) = run(func, arrays, constants=consts)
+    (want,) = tc.evaluate([Y], dict(zip([X, W], arrays)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
