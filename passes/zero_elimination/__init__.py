@@ -20,7 +20,7 @@ from tecomp.solvers.affine import Affine
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .bridge import AffineBridge
-from .eliminate import Domain, NeedsScatter, solve_domain
+from .eliminate import Domain, NeedsScatter, Unbounded, solve_domain
 from .terms import Term, expand, has_delta, has_guarded_sum
 
 __all__ = ["eliminate_zeros", "has_delta"]
@@ -75,9 +75,19 @@ def eliminate_zeros(outputs: Sequence[Tensor]) -> list[Tensor]:
 def _rewrite_stage(t: Tensor, body: E.Expr) -> Tensor:
     assert isinstance(t.op, ComputeOp)
     terms = expand(body)
-    if terms is None:
-        return Tensor(t.name, t.shape, t.dtype, ComputeOp(t.op.axes, body, t.op.tag),
-                      dict(t.attrs))
+    try:
+        return _rewrite_terms(t, body, terms) if terms is not None else _same(t, body)
+    except Unbounded:  # exact but not expressible here: leave the stage as it is
+        return _same(t, body)
+
+
+def _same(t: Tensor, body: E.Expr) -> Tensor:
+    assert isinstance(t.op, ComputeOp)
+    return Tensor(t.name, t.shape, t.dtype, ComputeOp(t.op.axes, body, t.op.tag), dict(t.attrs))
+
+
+def _rewrite_terms(t: Tensor, body: E.Expr, terms: list) -> Tensor:
+    assert isinstance(t.op, ComputeOp)
     out_vars = [a.var for a in t.op.axes]
     taken = {v.name for v in free_vars(body)} | {v.name for v in out_vars}
     for x in walk(body):

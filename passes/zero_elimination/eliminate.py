@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from tecomp import dtypes
 from tecomp import expr as E
-from tecomp.functor import fresh_name, substitute
+from tecomp.functor import fresh_name, substitute, walk
 from tecomp.solvers.affine import Affine
 from tecomp.solvers.inequalities import eliminate_inequalities, normalize_inequalities
 from tecomp.solvers.integer_system import solve_parametric
@@ -53,6 +53,11 @@ class Domain:
     mapping: dict[E.Var, E.Expr]
     remaining_deltas: list[tuple[E.Expr, E.Expr]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+class Unbounded(ValueError):
+    """A summation variable without a lower or upper bound the affine bridge can read (e.g. a
+    ``max``/``min`` loop bound left by an earlier elimination): the stage is kept as is."""
 
 
 class NeedsScatter(Exception):
@@ -245,7 +250,7 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
     for name in t_names:
         lows, ups = bounds[name]
         if not lows or not ups:
-            raise ValueError(f"unbounded summation variable {name} in a delta term")
+            raise Unbounded(f"unbounded summation variable {name} in a delta term")
         window = _window(lows, ups)
         if window is not None:
             # a "window" pair c*t >= l, c*t <= l + c - 1 has exactly one integer solution,
@@ -276,16 +281,22 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         num, den = subst[v.name]
         mapping[v] = substitute(bridge.to_expr(num, t_exprs, den), fixed)
     # div/mod unknowns are internal; atoms refer to IR expressions already
+    # conditions that read tensors go last: ``&&`` short-circuits, so the index conditions
+    # before them keep their reads in bounds (``j0 <= 2 && Z[j0] == 0`` for Z of extent 3)
     guard_expr = E.Const(True, "bool")
-    for g in guard:
+    for g in sorted(guard, key=_reads):
         guard_expr = E.logical_and(guard_expr, g)
     where = None
-    for r in [substitute(r, mapping) for r in residual] + pinned:
+    for r in sorted([substitute(r, mapping) for r in residual] + pinned, key=_reads):
         if isinstance(r, E.Const) and r.value:
             continue
         where = r if where is None else E.logical_and(where, r)
     rem = [(substitute(a, mapping), substitute(b, mapping)) for a, b in nonaffine]
     return Domain(axes, guard_expr, where, mapping, rem)
+
+
+def _reads(e: E.Expr) -> bool:
+    return any(isinstance(x, E.TensorRead) for x in walk(e))
 
 
 def _lcm(a: int, b: int) -> int:

@@ -51,3 +51,48 @@ def test_hoisted_factor_under_a_select_of_a_strided_read():
     want = tc.evaluate(tc.gradient(S4, [X2, X1], optimize=False), {X2: a2, X1: a1, n: 3})
     for got, w in zip(tc.build(g, [X2, X1, n])(a2, a1, 3), want):
         np.testing.assert_allclose(got, w, rtol=1e-12)
+
+
+def _compiled_matches_evaluator(outputs, inputs, arrays, bindings):
+    want = tc.evaluate(outputs, bindings)
+    got = tc.build(outputs, inputs)(*arrays)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_data_guard_is_tested_after_the_index_guard():
+    # building an eliminated gradient eliminates it again; the guard of a product's zero
+    # count, S2_zeros[j0] == 0, used to come before j0 <= 2 (S2_zeros has 3 rows, j0 < 4)
+    n = tc.var("n")
+    X1 = tc.placeholder((4,), name="X1", dtype="float64")
+    idx = tc.placeholder((3,), name="idx", dtype="int32")
+    r = tc.reduce_axis(n, name="r")
+    S2 = tc.compute((3, 3), lambda i0, i1: tc.prod(
+        tc.tanh(tc.cast(r, "float64") * 0.25 / (X1[i0] * X1[i0] + 1.0)) * 0.5 + 1.0, axis=r,
+        where=tc.eq(r, r)) * X1[idx[i1]] + X1[idx[i1]] * X1[idx[i1]], name="S2")
+    (g,) = tc.gradient(S2, [X1])
+    x, ix = np.random.default_rng(3).standard_normal(4), np.array([0, 3, 1], np.int32)
+    _compiled_matches_evaluator([g], [X1, idx, n], [x, ix, 3], {X1: x, idx: ix, n: 3})
+
+
+def test_second_elimination_keeps_a_stage_it_cannot_bound():
+    # eliminating an eliminated gradient met a max(...) loop bound it cannot read as affine
+    # and raised ValueError ("unbounded summation variable") from tc.build
+    n = tc.var("n")
+    X1 = tc.placeholder((3,), name="X1", dtype="float64")
+    idx = tc.placeholder((1,), name="idx", dtype="int64")
+    r3 = tc.reduce_axis(1, name="r3")
+
+    def scale(i0, i1):
+        return tc.cast(i0, "float64") * 0.25 / (X1[(i1 + 3) % 3] * X1[(i1 + 3) % 3] + 1.0)
+    S2 = tc.compute((1, 4), lambda i0, i1: tc.prod(tc.tanh(X1[2]) * 0.5 + 1.0, axis=r3,
+                                                   where=i0 < r3)
+                    / (scale(i0, i1) * scale(i0, i1) + 1.0), name="S2")
+    r5 = tc.reduce_axis(n, name="r5")
+    S4 = tc.compute((3, 1), lambda i0, i1: tc.prod(
+        tc.tanh(3.0 - S2[i1, idx[i1]]) * 0.5 + 1.0, axis=r5, where=i0 <= r5 + 1)
+        * X1[(i0 + 2) // 2] + X1[(i0 + 2) // 2] * X1[(i0 + 2) // 2], name="S4")
+    (g,) = tc.gradient(S4, [X1])
+    x, ix = np.random.default_rng(4).standard_normal(3), np.array([0])
+    _compiled_matches_evaluator([g], [X1, idx, n], [x, ix, 3], {X1: x, idx: ix, n: 3})
+    check_gradient(S4, [X1], {X1: x, idx: ix, n: 3}, seed=1, rtol=1e-5, atol=1e-8)
