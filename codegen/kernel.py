@@ -5,8 +5,8 @@ each array's ndim, dtype (no implicit casting) and extents — binds the symboli
 arrays' shapes and checks them for consistency across arrays, allocates the outputs (or checks
 ``out=``), and calls the compiled function through ctypes (which releases the GIL, so kernels
 may run concurrently in threads).  ``kernel.threads`` bounds the threads the compiled code
-uses for ``"parallel"`` loops (default: the CPUs this process may run on; calls on less than
-:data:`PARALLEL_MIN_BYTES` of data run on one thread).  Every failure raises
+uses for ``"parallel"`` loops (default: the CPUs this process may run on; calls with less than
+:data:`PARALLEL_MIN_BYTES` of data and work run on one thread).  Every failure raises
 :class:`~tecomp.errors.ArgumentError` naming the tensor and the axis.
 
 Large temporaries the compiled code needs (``pooled`` on the compiled entry) are allocated here,
@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import dtypes
 from .. import expr as E
+from ..cost import count_cost
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..tensor import Tensor
@@ -96,6 +97,7 @@ class Kernel:
         self._pooled = [(tuple(b.shape), _itemsize(b.dtype)) for b in
                         getattr(entry, "pooled", ())]
         self._pool = threading.local()
+        self._work: dict[tuple[int, ...], int] = {}  # iterations per call, by sizes
         nbuf = len(func.inputs) + len(func.outputs) + len(self._pooled)
         self._threaded = bool(getattr(entry, "threads", False))
         nint = len(func.params) + (1 if self._threaded else 0)
@@ -210,7 +212,8 @@ class Kernel:
             ptrs += self._temporaries(sizes)
         if self._threaded:
             nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
-            params.append(self.threads if nbytes >= PARALLEL_MIN_BYTES else 1)
+            work = max(nbytes, 4 * self._iterations(params, sizes))
+            params.append(self.threads if work >= PARALLEL_MIN_BYTES else 1)
         rc = self._fn(*ptrs, *params)
         if rc != 0:
             raise ArgumentError(
@@ -220,6 +223,21 @@ class Kernel:
         if self._single:
             return outs[0]
         return tuple(outs)
+
+    def _iterations(self, params: list[int], sizes: dict[E.Var, int]) -> int:
+        """Innermost-loop iterations of a call with these sizes (``tc.cost``, remembered per
+        sizes; 0 where it cannot be counted)."""
+        key = tuple(params)
+        hit = self._work.get(key)
+        if hit is None:
+            try:
+                hit = int(count_cost(self.ir, dict(sizes)).iterations)
+            except Exception:  # noqa: BLE001 - an estimate only: fall back to the data size
+                hit = 0
+            if len(self._work) > 64:
+                self._work.clear()
+            self._work[key] = hit
+        return hit
 
     def _temporaries(self, sizes: dict[E.Var, int]) -> list[int]:
         """Addresses (64-byte aligned) of this thread's memory for the pooled temporaries,
@@ -284,9 +302,11 @@ class Kernel:
         return given
 
 
-# Below this many bytes of arguments and results a call runs on one thread: starting threads
-# costs tens of microseconds, more than such a kernel takes.
-PARALLEL_MIN_BYTES = 1 << 16
+# A call runs on one thread when both its arguments and results and 4 bytes per innermost loop
+# iteration (its static cost for the call's sizes) stay below this: starting threads costs tens
+# of microseconds a parallel loop (far more on a loaded machine), more than such a kernel
+# takes on one core.  0 threads every call.
+PARALLEL_MIN_BYTES = 2 << 20
 
 
 def _itemsize(dtype: str) -> int:
