@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_lower_random as random_programs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loop_interp import run
 
 import tecomp as tc
@@ -13,6 +16,7 @@ from tecomp.loopir import Allocate, For, Seq, Store
 from tecomp.passes.lower import lower_program
 from tecomp.passes.schedule import schedule_cpu
 from tecomp.passes.schedule_dot import block_dots
+from tecomp.passes.schedule_tile import block_rows
 
 
 def _stmts(s):
@@ -120,3 +124,18 @@ def test_compiled_matmul_gradient_matches_the_evaluator(monkeypatch):
             for g, w in zip(kernel(a, b, h), want):
                 np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5,
                                            err_msg=f"{rows} rows, {threads} thread(s)")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_random_programs_keep_their_results_under_both_blockings(seed):
+    """Arbitrary lowered programs (few match either pattern): nothing else changes."""
+    outs, ins = random_programs._Gen(seed).program()
+    rng = np.random.default_rng(seed)
+    shape = random_programs.SHAPE
+    arrays = [rng.standard_normal(shape), rng.standard_normal(shape[1])]
+    func, _ = lower_program(outs, ins)
+    blocked = block_dots(block_rows(func, rows=2, factor=2, max_full=2), rows=2, cols=3,
+                         min_inner=1)
+    for g, w in zip(run(blocked, arrays), run(func, arrays)):
+        np.testing.assert_array_equal(g, w, err_msg=f"seed {seed}\n{blocked.body}")
