@@ -51,7 +51,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     (:func:`.schedule_dot.block_dots`), then, with ``threads``, :func:`fuse_parallel`.
 
     Both keep the program's meaning (see their docstrings); the LLVM backend compiles the
-    result.
+    result.  The result relaxes one convention of :mod:`.lower`: a ``"parallel"`` loop may
+    step by ``R > 1`` and its stores index their buffer with ``v + r`` (constant ``0 <= r <
+    R``) where lowering put the bare ``v``; iterations still write disjoint elements.  It is
+    meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
     from .schedule_dot import block_dots
     from .schedule_tile import block_rows
