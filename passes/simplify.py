@@ -91,10 +91,14 @@ def _nonempty(red: E.Reduce, bound: set[E.Var]) -> tuple[E.Expr | None, bool]:
     """The condition under which ``red``'s domain can be non-empty (None: always), and
     whether it is exact (False when ``where`` has conjuncts on the summation variables)."""
     conds: list[E.Expr] = []
-    for a in red.axes:
-        if not (isinstance(a.extent, E.Const) and a.extent.value > 0):
-            conds.append(E.compare(E.GT, a.extent, E.Const(0, a.extent.dtype)))
     exact, todo = True, [red.where] if red.where is not None else []
+    for a in red.axes:
+        if isinstance(a.extent, E.Const) and a.extent.value > 0:
+            continue
+        if free_vars(a.extent) & bound:  # a triangular range: no condition outside the sum
+            exact = False
+        else:
+            conds.append(E.compare(E.GT, a.extent, E.Const(0, a.extent.dtype)))
     while todo:
         c = todo.pop()
         if isinstance(c, E.And):

@@ -96,3 +96,19 @@ def test_second_elimination_keeps_a_stage_it_cannot_bound():
     x, ix = np.random.default_rng(4).standard_normal(3), np.array([0])
     _compiled_matches_evaluator([g], [X1, idx, n], [x, ix, 3], {X1: x, idx: ix, n: 3})
     check_gradient(S4, [X1], {X1: x, idx: ix, n: 3}, seed=1, rtol=1e-5, atol=1e-8)
+
+
+def test_guard_of_a_hoisted_factor_names_no_summation_variable():
+    # the guard built for a hoisted factor used the extent of a triangular axis
+    # (min(t + 1, 3) - max(t - 1, 0) + 1), outside the sum that binds t
+    X1 = tc.placeholder((4,), name="X1", dtype="float64")
+    S3 = tc.compute((4, 4), lambda i0, i1: tc.if_then_else(
+        i1 <= i0 + 1, tc.if_then_else(i0 <= i1 + 1, X1[1], tc.cast(i0, "float64") * 0.25),
+        X1[1]) * X1[2] + X1[2] * X1[2], name="S3")
+    (g,) = tc.gradient(S3, [X1])
+    (naive,) = tc.gradient(S3, [X1], optimize=False)
+    x = np.random.default_rng(6).standard_normal(4)
+    want = tc.evaluate([naive], {X1: x})[0]
+    np.testing.assert_allclose(tc.evaluate([g], {X1: x})[0], want, rtol=1e-12)
+    np.testing.assert_allclose(tc.build(g, [X1])(x), want, rtol=1e-12)
+    check_gradient(S3, [X1], {X1: x}, seed=2, rtol=1e-5, atol=1e-8)
