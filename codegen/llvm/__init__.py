@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import CompileError, TecompError
 from ...loopir import LoweredFunc
-from ...passes.schedule import fuse_parallel
+from ...passes.schedule import schedule_cpu
 from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
@@ -74,9 +74,10 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     """Compile ``func`` for the host CPU (stages: emit, verify, optimise, jit).
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
-    takes the thread count as its last argument (``JitFunction.threads``); short parallel
-    loops are first collapsed with their nested loops (:func:`~tecomp.passes.schedule.
-    fuse_parallel`) so that every core gets work.  Failures raise
+    takes the thread count as its last argument (``JitFunction.threads``).  The loop nest
+    is first scheduled for the CPU (:func:`~tecomp.passes.schedule.schedule_cpu`: register
+    blocking of contractions, then short parallel loops collapsed with their nested loops so
+    that every core gets work).  Failures raise
     :class:`~tecomp.errors.CompileError` naming the stage.  Compiled code is looked up in the
     in-memory ``cache``, then in the persistent ``disk`` cache (default:
     :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs.
@@ -86,7 +87,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     memory_key = program_key(func, options, target_key())
 
     def build() -> JitFunction:
-        emitted = fuse_parallel(func) if threads else func
+        emitted = schedule_cpu(func, threads=threads)
         pooled = pooled_buffers(emitted)
         key = disk_key(memory_key) if store is not None else ""
         if store is not None:
