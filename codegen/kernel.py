@@ -303,9 +303,9 @@ class Kernel:
 
 
 # A call runs on one thread when both its arguments and results and 4 bytes per innermost loop
-# iteration (its static cost for the call's sizes) stay below this: starting threads costs tens
-# of microseconds a parallel loop (far more on a loaded machine), more than such a kernel
-# takes on one core (each parallel loop starts its helper threads afresh).  0 threads every call.
+# iteration (its static cost for the call's sizes) stay below this: waking the worker threads
+# costs microseconds a parallel loop (far more on a loaded machine), more than such a kernel
+# gains.  0 threads every call.
 PARALLEL_MIN_BYTES = 8 << 20
 
 

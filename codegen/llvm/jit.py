@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import itertools
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,7 +170,12 @@ def runtime_address() -> int:
         if "runtime" not in st:
             from .runtime import SYMBOL, build_module
 
-            st["runtime"] = compile_ir(build_module(), SYMBOL, link_runtime=False)
+            rt = compile_ir(build_module(), SYMBOL, link_runtime=False)
+            reset = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64, ctypes.c_int64)(rt.address)
+            # a forked child has none of the pool's threads (and maybe a held lock): reset it
+            os.register_at_fork(after_in_child=lambda: reset(None, None, 0, 0))
+            st["runtime"], st["runtime_reset"] = rt, reset
         return st["runtime"].address
 
 

@@ -13,8 +13,8 @@ function (not inside another loop) is emitted as
   captured values from a context record on the caller's stack and calls the body;
 * at the loop's place, with ``nthr = min(nthreads, trips, 64)``: a direct call of the body when
   ``nthr <= 1``, else ``tecomp_parallel_for(chunk, ctx, trips, nthr)``, the fork-join of
-  :mod:`.runtime` (dynamically claimed chunks on detached POSIX threads; the caller never
-  waits for a helper the OS has not started).  A non-zero status (a temporary that could not
+  :mod:`.runtime` (dynamically claimed chunks on a pool of POSIX threads; the caller never
+  waits for a thread the OS has not scheduled).  A non-zero status (a temporary that could not
   be allocated) makes the function return it.
 
 ``nthreads`` is the function's last argument, chosen per call by

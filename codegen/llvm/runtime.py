@@ -2,22 +2,24 @@
 
 ``i32 tecomp_parallel_for(ptr chunk, ptr ctx, i64 trips, i64 nthreads)`` runs
 ``chunk(ctx, start, stop)`` over ``0 <= start < stop <= trips`` on up to ``nthreads`` threads
-and returns the or of the chunks' statuses (0: success).  Kernels declare it and the JIT
-resolves it at link time (:func:`address`), so their object code holds no address and stays
-valid for the persistent cache.
+and returns the or of the chunks' statuses (0: success); a null ``chunk`` resets the thread
+pool (after ``fork``).  Kernels declare it and the JIT resolves it at link time
+(:func:`.jit.runtime_address`), so their object code holds no address and stays valid for the
+persistent cache.
 
 How it works: ``min(4 * nthreads, trips)`` contiguous chunks are claimed from an atomic counter
-in a shared record ``{next, done, status, refs, ctx, trips, chunks, fn}`` (OpenMP's
-``schedule(dynamic)``).  ``nthreads - 1`` detached helpers are started with
-``pthread_create``; the caller claims chunks too, then waits (``sched_yield``) until ``done``
-counts every chunk.  It never joins a thread, so a helper the OS has not started yet costs
-nothing: on a loaded machine the caller takes the chunks itself instead of waiting a scheduler
-time slice for each helper (a softmax with four parallel loops took 12 ms with static chunks
-and ``pthread_join`` there, 0.09 ms so).  The record is on the heap with a reference count,
-since a late helper may touch it after the call returned: it finds no chunk and, if last,
-frees it.
+in a shared record ``{next, done, status, refs, ctx, trips, chunks, fn, slots}`` (OpenMP's
+``schedule(dynamic)``).  The caller publishes the record to a pool of persistent worker
+threads (:func:`build_module` says how), claims chunks too, then waits (``sched_yield``) until
+``done`` counts every chunk.  It never waits for a particular thread, so a worker the OS has
+not scheduled yet costs nothing: on a loaded machine the caller takes the chunks itself
+instead of waiting a scheduler time slice for each helper (a softmax with four parallel loops
+took 12 ms with static chunks and ``pthread_join`` there, 0.09 ms with dynamic chunks and a
+thread started per loop, 0.06 ms with the pool).  The record is on the heap with a reference
+count, since a late worker may touch it after the call returned: it finds no chunk and, if
+last, frees it.
 
-Why a separate, permanent module: a late helper runs only this code, never the kernel's — the
+Why a separate, permanent module: a late worker runs only this code, never the kernel's — the
 kernel's ``chunk`` is called only for a claimed chunk, while its caller still waits — so a
 kernel's machine code may be freed (an evicted kernel) as soon as no call of it is running.
 """
@@ -31,9 +33,11 @@ from . import types as T
 SYMBOL = "tecomp_parallel_for"
 CHUNKS_PER_THREAD = 4
 
-_NEXT, _DONE, _STATUS, _REFS, _CTX, _TRIPS, _CHUNKS, _FN = range(8)
-RECORD = ir.LiteralStructType([T.I64, T.I64, T.I32, T.I32, T.PTR, T.I64, T.I64, T.PTR])
-RECORD_BYTES = 56
+_NEXT, _DONE, _STATUS, _REFS, _CTX, _TRIPS, _CHUNKS, _FN, _SLOTS = range(9)
+RECORD = ir.LiteralStructType([T.I64, T.I64, T.I32, T.I32, T.PTR, T.I64, T.I64, T.PTR, T.I64])
+RECORD_BYTES = 64
+MAX_WORKERS = 63
+_SYNC = ir.ArrayType(T.I8, 64)  # room for glibc's pthread_mutex_t (40 bytes) / cond_t (48)
 CHUNK_TYPE = ir.FunctionType(T.I32, [T.PTR, T.I64, T.I64])
 
 
@@ -104,16 +108,80 @@ def _release(b: ir.IRBuilder, rec: ir.Value) -> None:
         b.call(free, [rec])
 
 
+def _global(module: ir.Module, name: str, t: ir.Type, align: int) -> ir.GlobalVariable:
+    g = ir.GlobalVariable(module, t, name)
+    g.linkage = "internal"
+    g.initializer = ir.Constant(t, None)  # zeros: also PTHREAD_{MUTEX,COND}_INITIALIZER
+    g.align = align
+    return g
+
+
 def build_module() -> ir.Module:
-    """The runtime module: ``tecomp_parallel_for`` and its helpers."""
+    """The runtime module: ``tecomp_parallel_for`` and its pool of worker threads.
+
+    The pool: ``workers`` detached threads (started on demand, at most :data:`MAX_WORKERS`)
+    sleep on a condition variable.  A call publishes its record as ``job`` with a new
+    generation and wakes them; a worker that sees a new generation takes a reference to the
+    job, if it still has a free slot (``nthreads - 1`` of them), and works on it.  The caller
+    clears ``job`` under the lock before dropping its own reference, so a worker never touches
+    a freed record.  Concurrent callers may replace each other's job before a worker sees it:
+    the caller then does its own chunks (correct, only less parallel).
+    """
     module = ir.Module(name="tecomp_runtime")
     work = _worker(module)
-    helper = _internal(module, "tecomp.rt.helper", ir.FunctionType(T.PTR, [T.PTR]))
-    hb = ir.IRBuilder(helper.append_basic_block("entry"))
-    hb.call(work, [helper.args[0]])
-    _release(hb, helper.args[0])
-    hb.ret(ir.Constant(T.PTR, None))
+    mutex = _global(module, "tecomp.rt.mutex", _SYNC, 16)
+    cond = _global(module, "tecomp.rt.cond", _SYNC, 16)
+    job = _global(module, "tecomp.rt.job", T.PTR, 8)
+    gen = _global(module, "tecomp.rt.generation", T.I64, 8)
+    workers = _global(module, "tecomp.rt.workers", T.I64, 8)
+    lock = T.declare(module, "pthread_mutex_lock", T.I32, [T.PTR])
+    unlock = T.declare(module, "pthread_mutex_unlock", T.I32, [T.PTR])
+    wait_cv = T.declare(module, "pthread_cond_wait", T.I32, [T.PTR, T.PTR])
+    broadcast = T.declare(module, "pthread_cond_broadcast", T.I32, [T.PTR])
 
+    # ---- a pool thread: wait for a new generation, join its job, repeat
+    pool = _internal(module, "tecomp.rt.pool", ir.FunctionType(T.PTR, [T.PTR]))
+    entry, loop, sleep, take, join, run = (pool.append_basic_block(x) for x in (
+        "entry", "loop", "sleep", "take", "join", "run"))
+    b = ir.IRBuilder(entry)
+    seen = b.alloca(T.I64)
+    b.store(b.load(gen, typ=T.I64), seen)  # jobs published before this thread are not its own
+    b.branch(loop)
+    b.position_at_end(loop)
+    b.call(lock, [mutex])
+    b.branch(sleep)
+    b.position_at_end(sleep)
+    fresh = b.icmp_signed("!=", b.load(gen, typ=T.I64), b.load(seen, typ=T.I64))
+    wait_blk = pool.append_basic_block("wait")
+    b.cbranch(fresh, take, wait_blk)
+    b.position_at_end(wait_blk)
+    b.call(wait_cv, [cond, mutex])
+    b.branch(sleep)
+    b.position_at_end(take)
+    b.store(b.load(gen, typ=T.I64), seen)
+    rec = b.load(job, typ=T.PTR)
+    skip = pool.append_basic_block("skip")
+    has = b.icmp_unsigned("!=", rec, ir.Constant(T.PTR, None))
+    b.cbranch(has, join, skip)
+    b.position_at_end(join)
+    slots = b.load(_field(b, rec, _SLOTS), typ=T.I64)
+    joinable = b.icmp_signed(">", slots, _i64(0))
+    claim = pool.append_basic_block("claim")
+    b.cbranch(joinable, claim, skip)
+    b.position_at_end(claim)
+    b.store(b.sub(slots, _i64(1)), _field(b, rec, _SLOTS))
+    b.atomic_rmw("add", _field(b, rec, _REFS), _i32(1), "seq_cst")
+    b.call(unlock, [mutex])
+    b.branch(run)
+    b.position_at_end(run)
+    b.call(work, [rec])
+    _release(b, rec)
+    b.branch(loop)
+    b.position_at_end(skip)
+    b.call(unlock, [mutex])
+    b.branch(loop)
+
+    # ---- the entry point
     fn = ir.Function(module, ir.FunctionType(T.I32, [T.PTR, T.PTR, T.I64, T.I64]), SYMBOL)
     fn.attributes.add("nounwind")
     chunk, ctx, trips, nthr = fn.args
@@ -129,6 +197,17 @@ def build_module() -> ir.Module:
     def serial() -> None:
         b.ret(b.call(callee, [ctx, _i64(0), trips]))
 
+    # a null chunk resets the pool: called in a child process after fork, where no worker
+    # thread exists and the lock may have been held by a thread of the parent
+    reset, start = fn.append_basic_block("reset"), fn.append_basic_block("start")
+    b.cbranch(b.icmp_unsigned("==", chunk, ir.Constant(T.PTR, None)), reset, start)
+    b.position_at_end(reset)
+    for g in (mutex, cond):
+        b.store(ir.Constant(_SYNC, None), g)
+    b.store(ir.Constant(T.PTR, None), job)
+    b.store(_i64(0), workers)
+    b.ret(_i32(0))
+    b.position_at_end(start)
     one, fork = fn.append_basic_block("one"), fn.append_basic_block("fork")
     b.cbranch(b.icmp_signed("<=", nthr, _i64(1)), one, fork)
     b.position_at_end(one)
@@ -142,28 +221,31 @@ def build_module() -> ir.Module:
     b.position_at_end(go)
     chunks = b.mul(nthr, _i64(CHUNKS_PER_THREAD))
     chunks = b.select(b.icmp_signed("<", chunks, trips), chunks, trips)
-    for n, v in ((_NEXT, _i64(0)), (_DONE, _i64(0)), (_STATUS, _i32(0)),
-                 (_REFS, b.trunc(nthr, T.I32)), (_CTX, ctx), (_TRIPS, trips),
-                 (_CHUNKS, chunks), (_FN, chunk)):
+    helpers = b.sub(nthr, _i64(1))
+    for n, v in ((_NEXT, _i64(0)), (_DONE, _i64(0)), (_STATUS, _i32(0)), (_REFS, _i32(1)),
+                 (_CTX, ctx), (_TRIPS, trips), (_CHUNKS, chunks), (_FN, chunk),
+                 (_SLOTS, helpers)):
         b.store(v, _field(b, rec, n))
-    # start helpers 1 .. nthr-1
-    head, body, started = (fn.append_basic_block(x) for x in ("spawn", "spawn.body", "spawned"))
-    pre = b.block
+    b.call(lock, [mutex])
+    # grow the pool to the helpers this call may use
+    want = b.select(b.icmp_signed("<", helpers, _i64(MAX_WORKERS)), helpers, _i64(MAX_WORKERS))
+    head, body, grown = (fn.append_basic_block(x) for x in ("grow", "grow.body", "grown"))
     b.branch(head)
     b.position_at_end(head)
-    t = b.phi(T.I64)
-    t.add_incoming(_i64(1), pre)
-    b.cbranch(b.icmp_signed("<", t, nthr), body, started)
+    b.cbranch(b.icmp_signed("<", b.load(workers, typ=T.I64), want), body, grown)
     b.position_at_end(body)
-    rc = b.call(create, [tid, ir.Constant(T.PTR, None), helper, rec])
-    with b.if_else(b.icmp_signed("==", rc, _i32(0))) as (ok, failed):
-        with ok:
-            b.call(detach, [b.load(tid, typ=T.I64)])
-        with failed:  # one helper fewer; the others and the caller do its share
-            b.atomic_rmw("sub", _field(b, rec, _REFS), _i32(1), "seq_cst")
-    t.add_incoming(b.add(t, _i64(1)), b.block)
+    rc = b.call(create, [tid, ir.Constant(T.PTR, None), pool, ir.Constant(T.PTR, None)])
+    made = fn.append_basic_block("made")
+    b.cbranch(b.icmp_signed("==", rc, _i32(0)), made, grown)  # no thread: use what there is
+    b.position_at_end(made)
+    b.call(detach, [b.load(tid, typ=T.I64)])
+    b.store(b.add(b.load(workers, typ=T.I64), _i64(1)), workers)
     b.branch(head)
-    b.position_at_end(started)
+    b.position_at_end(grown)
+    b.store(rec, job)
+    b.store(b.add(b.load(gen, typ=T.I64), _i64(1)), gen)
+    b.call(broadcast, [cond])
+    b.call(unlock, [mutex])
     b.call(work, [rec])
     wait, spin, waited = (fn.append_basic_block(x) for x in ("wait", "spin", "waited"))
     b.branch(wait)
@@ -175,6 +257,10 @@ def build_module() -> ir.Module:
     b.branch(wait)
     b.position_at_end(waited)
     status = b.load_atomic(_field(b, rec, _STATUS), "acquire", 4, typ=T.I32)
+    b.call(lock, [mutex])  # withdraw the job before dropping the caller's reference
+    with b.if_then(b.icmp_unsigned("==", b.load(job, typ=T.PTR), rec)):
+        b.store(ir.Constant(T.PTR, None), job)
+    b.call(unlock, [mutex])
     _release(b, rec)
     b.ret(status)
     return module

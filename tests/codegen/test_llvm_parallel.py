@@ -168,3 +168,37 @@ def test_kernel_code_freed_right_after_threaded_calls(rng):
         np.testing.assert_array_equal(kern(a), a + c)
         del kern
         gc.collect()
+
+
+def test_threaded_calls_in_a_forked_child(rng):
+    """The worker pool is reset in a child process (no worker threads survive fork)."""
+    import os
+
+    A = tc.placeholder((n, 40), name="A")
+    B = tc.compute((n, 40), lambda p, q: A[p, q] * 3.0, name="B")
+    kern = tc.build(B, [A])
+    kern.threads = 4
+    a = rng.standard_normal((500, 40)).astype(np.float32)
+    np.testing.assert_array_equal(kern(a), a * 3)  # the parent's pool now has workers
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when the threaded call is right
+        ok = False
+        try:
+            ok = all(np.array_equal(kern(a), a * 3) for _ in range(5))
+        finally:
+            os._exit(0 if ok else 1)
+    import signal
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:  # a hung child (a lock held across fork) fails the test instead of hanging it
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child did not finish its threaded calls")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    np.testing.assert_array_equal(kern(a), a * 3)
