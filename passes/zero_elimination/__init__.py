@@ -141,7 +141,7 @@ def _resolve_data_deltas(dom: Domain, factor: E.Expr, out_names: set[str]) -> E.
         names = {v.name for v in free_vars(a) | free_vars(b)}
         axis_names = {ax.var.name for ax in dom.axes}
         if not names & axis_names:
-            dom.guard = E.logical_and(dom.guard, E.compare(E.EQ, a, b))
+            dom.add_guard(E.compare(E.EQ, a, b))
             continue
         solved = _unit_solve(a, b, dom.axes)
         if solved is None:

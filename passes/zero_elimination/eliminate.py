@@ -53,6 +53,16 @@ class Domain:
     mapping: dict[E.Var, E.Expr]
     remaining_deltas: list[tuple[E.Expr, E.Expr]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # when the loops are non-empty (the projection's conditions): not needed by the loops,
+    # whose exact bounds decide that themselves, but before any guard that reads a tensor
+    feasible: E.Expr = field(default_factory=lambda: E.Const(True, "bool"))
+
+    def add_guard(self, g: E.Expr) -> None:
+        """AND a condition on the output variables into the guard (protected reads last)."""
+        if _reads(g) and not (isinstance(self.feasible, E.Const) and self.feasible.value):
+            self.guard = E.logical_and(self.guard, self.feasible)
+            self.feasible = E.Const(True, "bool")
+        self.guard = E.logical_and(self.guard, g)
 
 
 class Unbounded(ValueError):
@@ -217,6 +227,10 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         return None
     cons = norm
     t_exprs = {n: E.Var(n, "int64") for n in t_names}
+    # conditions on the output variables and sizes alone, as given (not derived by the
+    # projection below: those only say when the loops are non-empty, which the exact
+    # per-level bounds already decide, so they need no guard)
+    given = [c for c in cons if not set(c.variables) & set(t_names)]
     bounds: dict[str, tuple[list[tuple[Affine, int]], list[tuple[Affine, int]]]] = {}
     for name in reversed(t_names):
         lows, ups = [], []
@@ -234,13 +248,20 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         cons = projected
     if context is not None:
         context = context + _atom_ranges(bridge)
-    for c in cons:  # conditions on the output variables and sizes alone
+    for c in given:
         if context is not None and implied(c, context):
             continue
         guard.append(E.compare(E.GE, bridge.to_expr(c), 0))
+    feasible: list[E.Expr] = []
+    for c in cons:
+        if c in given or (context is not None and implied(c, context)):
+            continue
+        feasible.append(E.compare(E.GE, bridge.to_expr(c), 0))
+    if any(_reads(g) for g in guard):
+        guard, feasible = feasible + guard, []
 
     if context is not None:
-        known = context + [c for c in cons]  # facts about the outer variables and sizes
+        known = context + given  # facts that hold wherever the term is evaluated
         for name in t_names:
             lows, ups = bounds[name]
             bounds[name] = (_prune(lows, known, upper=False), _prune(ups, known, upper=True))
@@ -292,7 +313,10 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
             continue
         where = r if where is None else E.logical_and(where, r)
     rem = [(substitute(a, mapping), substitute(b, mapping)) for a, b in nonaffine]
-    return Domain(axes, guard_expr, where, mapping, rem)
+    feasible_expr = E.Const(True, "bool")
+    for g in feasible:
+        feasible_expr = E.logical_and(feasible_expr, g)
+    return Domain(axes, guard_expr, where, mapping, rem, feasible=feasible_expr)
 
 
 def _reads(e: E.Expr) -> bool:
