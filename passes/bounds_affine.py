@@ -14,11 +14,12 @@ For an axis with index ``e`` and extent ``x``, the *violation set* is ``domain �
 
 * empty: the access is in bounds for every size — nothing is added;
 * non-empty and the domain exact (every guard on the path translated): project it onto the
-  sizes, ``P``.  When ``P`` holds wherever the access runs at all (for every valid sizes that
-  run it — always, for constant sizes), the program is wrong: :class:`LoweringError` at build
-  time, naming the tensor, axis, expression and a witness.  Otherwise the access is wrong
-  only for some sizes (``A[i]`` over ``i < n`` with ``A`` of extent ``m``): ``P`` becomes a
-  condition on the sizes that the kernel tests before running (:class:`SizeCheck`);
+  sizes, ``P``.  When ``P`` holds for every valid sizes that run the enclosing loops at all
+  (always, for constant sizes), the program is wrong: :class:`LoweringError` at build time,
+  naming the tensor, axis, expression and a witness.  Otherwise the access is wrong only for
+  some sizes (``A[i]`` over ``i < n`` with ``A`` of extent ``m``; a read in a ``select`` arm
+  taken only when ``n >= 2``): ``P`` becomes a condition on the sizes that the kernel tests
+  before running (:class:`SizeCheck`);
 * anything not translatable (a guard or index reading data, a product of loop variables, a
   division by a size, a ``P`` with existentials): a runtime check in the loop, through the
   error record of :mod:`.bounds_check`.
@@ -396,6 +397,7 @@ class AffineProver:
         if idx is None or ext is None:
             return "runtime"
         dom, exact, guards, _ = self._stack[-1]
+        loops = dom  # the sizes that run the loops decide "always wrong", not the guards'
         bad = dom.intersect(idx.lt_set(self._const(0)).union(idx.ge_set(ext)))
         if bad.is_empty():
             return "safe"
@@ -410,7 +412,7 @@ class AffineProver:
         if not exact:
             return "runtime"
         sizes = bad.params()
-        if dom.params().is_subset(sizes):
+        if loops.params().is_subset(sizes):
             raise LoweringError(self._witness(bad, buf, axis, index, kind, access))
         cond = self._size_expr(sizes)
         if cond is None:
@@ -431,7 +433,7 @@ class AffineProver:
         where = f" (e.g. at {', '.join(vals)})" if vals else ""
         return (f"out-of-bounds {verb} tensor {buf.name!r} in {access}: axis {axis} index "
                 f"{format_expr(index)} leaves [0, {format_expr(buf.shape[axis])}){where} for "
-                "every size that runs the access")
+                "every size that runs its loops")
 
     def _size_expr(self, sizes: isl.Set) -> E.Expr | None:
         terms: list[E.Expr] = []

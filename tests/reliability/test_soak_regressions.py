@@ -112,3 +112,16 @@ def test_guard_of_a_hoisted_factor_names_no_summation_variable():
     np.testing.assert_allclose(tc.evaluate([g], {X1: x})[0], want, rtol=1e-12)
     np.testing.assert_allclose(tc.build(g, [X1])(x), want, rtol=1e-12)
     check_gradient(S3, [X1], {X1: x}, seed=2, rtol=1e-5, atol=1e-8)
+
+
+def test_read_in_an_arm_taken_only_for_larger_sizes_is_a_size_check():
+    # the else arm (i0 != i1, so i0 >= 1) reads X1[(i0 + 1) // 2] out of range, but it runs
+    # only for n >= 2: a correct program for n = 1, so no build error but a check on n
+    n = tc.var("n")
+    X1 = tc.placeholder((1,), name="X1")
+    S3 = tc.compute((n, 1), lambda i0, i1: tc.if_then_else(
+        tc.eq(i1, i0), X1[0] * 3.0, X1[(i0 + 1) // 2] * 3.0), name="S3")
+    kernel = tc.build(S3, [X1, n])
+    np.testing.assert_array_equal(kernel(np.array([2.0], np.float32), 1), [[6.0]])
+    with pytest.raises(tc.IndexBoundsError, match=r"n = 2 .*'X1'.*X1\[\(i0 \+ 1\) // 2\]"):
+        kernel(np.array([2.0], np.float32), 2)
