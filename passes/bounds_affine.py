@@ -14,8 +14,8 @@ For an axis with index ``e`` and extent ``x``, the *violation set* is ``domain â
 
 * empty: the access is in bounds for every size â€” nothing is added;
 * non-empty and the domain exact (every guard on the path translated): project it onto the
-  sizes, ``P``.  When ``P`` holds for every valid sizes that run the enclosing loops at all
-  (always, for constant sizes), the program is wrong: :class:`LoweringError` at build time,
+  sizes, ``P``.  When ``P`` holds for all sizes ``>= 1`` (always, for constant sizes), the
+  program is wrong: :class:`LoweringError` at build time,
   naming the tensor, axis, expression and a witness.  Otherwise the access is wrong only for
   some sizes (``A[i]`` over ``i < n`` with ``A`` of extent ``m``; a read in a ``select`` arm
   taken only when ``n >= 2``): ``P`` becomes a condition on the sizes that the kernel tests
@@ -230,9 +230,17 @@ class AffineProver:
                 valid = valid.intersect(pa.ge_set(zero))
                 for v in _free_vars(x):
                     valid = valid.intersect(self.aff(v).ge_set(zero))
+        one = self._const(1)
+        positive = valid
         for name in names:  # an opaque extent is a size
             if self.params[name] in extents:
                 valid = valid.intersect(self.aff(E.Var(name)).ge_set(zero))
+            if isinstance(self.params[name], E.Var) and any(
+                    self.params[name] in _free_vars(x) for x in extents):
+                positive = positive.intersect(self.aff(E.Var(name)).ge_set(one))
+        # "always wrong" means: for every valid sizes of at least 1 (a guard or a zero-
+        # eliminated loop bound that runs an access only for n >= 2 leaves n = 1 correct)
+        self._always = positive.intersect(valid).params()
         # (domain of the loops and lets, exact?, guards not yet intersected, bound names)
         self._stack: list[tuple[isl.Set, bool, tuple[E.Expr, ...], frozenset[str]]] = [
             (valid, True, (), frozenset())]
@@ -397,7 +405,6 @@ class AffineProver:
         if idx is None or ext is None:
             return "runtime"
         dom, exact, guards, _ = self._stack[-1]
-        loops = dom  # the sizes that run the loops decide "always wrong", not the guards'
         bad = dom.intersect(idx.lt_set(self._const(0)).union(idx.ge_set(ext)))
         if bad.is_empty():
             return "safe"
@@ -412,7 +419,7 @@ class AffineProver:
         if not exact:
             return "runtime"
         sizes = bad.params()
-        if loops.params().is_subset(sizes):
+        if self._always.is_subset(sizes):
             raise LoweringError(self._witness(bad, buf, axis, index, kind, access))
         cond = self._size_expr(sizes)
         if cond is None:
@@ -433,7 +440,7 @@ class AffineProver:
         where = f" (e.g. at {', '.join(vals)})" if vals else ""
         return (f"out-of-bounds {verb} tensor {buf.name!r} in {access}: axis {axis} index "
                 f"{format_expr(index)} leaves [0, {format_expr(buf.shape[axis])}){where} for "
-                "every size that runs its loops")
+                "all sizes")
 
     def _size_expr(self, sizes: isl.Set) -> E.Expr | None:
         terms: list[E.Expr] = []

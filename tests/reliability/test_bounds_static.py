@@ -46,7 +46,7 @@ def test_negative_write_index_is_a_build_error():
     n = tc.var("n")
     A = tc.placeholder((n,), name="A")
     B = tc.compute((n,), lambda i: A[n - 1 - i] + A[i - 1], name="B")
-    with pytest.raises(tc.LoweringError, match=r"A\[i - 1\]: axis 0 .*for every size"):
+    with pytest.raises(tc.LoweringError, match=r"A\[i - 1\]: axis 0 .*for all sizes"):
         tc.build(B, [A])
 
 
@@ -175,3 +175,25 @@ def test_cuda_size_check_runs_before_anything_reaches_the_device():
     compile_emulated([kernel.source])
     a, x = np.arange(5, dtype=np.float32), np.full(3, 2.0, np.float32)
     np.testing.assert_array_equal(kernel.launch([a, x], device=EmulatedDevice()), [0, 2, 4])
+
+
+def test_loop_that_runs_only_for_larger_sizes_gives_a_size_check():
+    # zero elimination folds guards into loop bounds: for t in [0, select(n >= 2, 4, 0)) the
+    # read A[t + 4] is out of range whenever it runs, but the program is correct for n = 1
+    from tecomp import expr as E
+    from tecomp.loopir import Buffer, BufferLoad, For, LoweredFunc, Store
+    from tecomp.passes.bounds_affine import eval_cond
+
+    n, t = E.Var("n"), E.Var("t")
+    A = Buffer("A", (E.Const(4, "int64"),), "float32", "input")
+    B = Buffer("B", (n,), "float32", "input")
+    out = Buffer("out", (), "float32", "output")
+    hi = E.Select(E.GE(n, E.Const(2, "int64")), E.Const(4, "int64"), E.Const(0, "int64"),
+                  "int64")
+    load = BufferLoad(A, (E.Add(t, E.Const(4, "int64"), "int64"),), "float32")
+    func = LoweredFunc("f", (A, B), (out,), (n,),
+                       For(t, E.Const(0, "int64"), hi, Store(out, (), load, reduce="sum")))
+    _, info = add_bounds_checks(func)
+    (check,) = info.sizes
+    assert [eval_cond(check.cond, {n: v}) for v in range(5)] == [False, False, True, True,
+                                                                 True]
