@@ -34,13 +34,25 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import numpy as np
-import sympy
 
 from . import dtypes
 from . import expr as E
 from .errors import TecompError
 from .functor import children
 from .loopir import Allocate, BufferLoad, For, IfThenElse, LetStmt, LoweredFunc, Seq, Stmt, Store
+
+
+class _LazySympy:
+    """SymPy is only needed for symbolic (size-free) counts: import it on first use, so that
+    ``import tecomp`` (and a kernel loaded from the persistent cache) stays fast."""
+
+    def __getattr__(self, name: str) -> Any:
+        import sympy as _sympy
+
+        return getattr(_sympy, name)
+
+
+sympy = _LazySympy()
 
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4,
              "int64": 8, "bool": 1}
@@ -245,7 +257,8 @@ def _ieval(e: E.Expr, env: dict[E.Var, Any], sizes: dict[str, int]) -> Any:
 
 _SYM_BIN = {E.Add: lambda a, b: a + b, E.Sub: lambda a, b: a - b,
             E.Mul: lambda a, b: a * b, E.FloorDiv: lambda a, b: sympy.floor(a / b),
-            E.Mod: sympy.Mod, E.Min: sympy.Min, E.Max: sympy.Max}
+            E.Mod: lambda a, b: sympy.Mod(a, b), E.Min: lambda a, b: sympy.Min(a, b),
+            E.Max: lambda a, b: sympy.Max(a, b)}
 
 
 def _sym(e: E.Expr, sizes: dict[str, int]) -> Any:

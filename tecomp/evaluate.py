@@ -30,13 +30,15 @@ from .tensor import ComputeOp, ScatterOp, Tensor
 
 _CHUNK_ELEMS = 1 << 22
 
-try:  # SciPy's erf is vectorised; the math module's is the fallback
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - scipy is a test dependency
-    _erf_u = np.frompyfunc(math.erf, 1, 1)
-
-    def _erf(x: np.ndarray) -> np.ndarray:
-        return np.asarray(_erf_u(x), dtype=np.float64).astype(np.asarray(x).dtype)
+def _erf(x: np.ndarray) -> np.ndarray:
+    """SciPy's vectorised erf when installed (imported on first use: it is slow to import),
+    else the math module's, element by element."""
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy is a test dependency
+        erf_u = np.frompyfunc(math.erf, 1, 1)
+        return np.asarray(erf_u(x), dtype=np.float64).astype(np.asarray(x).dtype)
+    return erf(x)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
