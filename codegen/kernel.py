@@ -264,8 +264,8 @@ class Kernel:
             ptrs.append(addr + (-addr) % 64)
         return ptrs
 
-    def _outputs(self, out: Any, sizes: dict[E.Var, int],
-                 ins: list[np.ndarray]) -> list[np.ndarray]:
+    def _output_shapes(self, sizes: dict[E.Var, int]) -> list[tuple[int, ...]]:
+        """The outputs' shapes for the bound sizes (a negative extent is an error)."""
         shapes = []
         for spec in self._outs:
             shape = []
@@ -277,6 +277,11 @@ class Kernel:
                         "the given sizes")
                 shape.append(v)
             shapes.append(tuple(shape))
+        return shapes
+
+    def _outputs(self, out: Any, sizes: dict[E.Var, int],
+                 ins: list[np.ndarray]) -> list[np.ndarray]:
+        shapes = self._output_shapes(sizes)
         if out is None:
             return [np.empty(s, dtype=o.np_dtype) for o, s in zip(self._outs, shapes)]
         given = list(out) if isinstance(out, (tuple, list)) else [out]

@@ -36,7 +36,7 @@ from typing import Iterable
 
 from tecomp import expr as E
 from tecomp.cost import expr_flops
-from tecomp.functor import ExprMutator, children, op_exprs, substitute
+from tecomp.functor import ExprMutator, children, op_exprs, substitute, walk
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 INLINE_BUDGET = 512
@@ -50,29 +50,11 @@ def _tree_size(e: E.Expr, memo: dict[int, int]) -> int:
 
 
 def _has_reduce(e: E.Expr) -> bool:
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, E.Reduce):
-            return True
-        stack.extend(children(x))
-    return False
+    return any(isinstance(x, E.Reduce) for x in walk(e))
 
 
 def _has_select(e: E.Expr) -> bool:
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, E.Select):
-            return True
-        stack.extend(children(x))
-    return False
+    return any(isinstance(x, E.Select) for x in walk(e))
 
 
 def _window_read(e: E.Expr, t: Tensor, raxes: frozenset[E.Var]) -> bool:

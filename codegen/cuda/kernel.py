@@ -156,17 +156,7 @@ class CudaKernel(Kernel):
 
     def _device_outputs(self, out: Any, sizes: dict[E.Var, int], ins: list[Any],
                         protos: list[Any], dev: Device) -> list[Any]:
-        shapes = []
-        for spec in self._outs:
-            shape = []
-            for d, e in enumerate(spec.dims):
-                v = eval_int(e, sizes)
-                if v < 0:
-                    raise ArgumentError(
-                        f"kernel {self.name!r}, {spec.label}, axis {d}: extent {e} is {v} for "
-                        "the given sizes")
-                shape.append(v)
-            shapes.append(tuple(shape))
+        shapes = self._output_shapes(sizes)
         if out is None:
             if protos:
                 return [empty_like_library(protos[0], s, o.np_dtype, dev)
