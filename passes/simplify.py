@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import ExprMutator, free_vars, make_reduce, topo_order, walk
-from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+from tecomp.functor import ExprMutator, free_vars, make_reduce, rewrite_stages, walk
+from tecomp.tensor import ComputeOp, Tensor
 
 
 def _factors(e: E.Expr) -> tuple[list[E.Expr], list[E.Expr], int]:
@@ -269,32 +269,15 @@ def stash_invariants(t: Tensor) -> list[Tensor]:
 
 def simplify(outputs: Sequence[Tensor]) -> list[Tensor]:
     """Apply :func:`hoist_sum_factors` and :func:`stash_invariants` to every compute stage."""
-    new: dict[int, Tensor] = {}
 
-    class _Remap(ExprMutator):
-        def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
-            idx = tuple(self.visit(i) for i in e.indices)
-            tt = new.get(id(e.tensor), e.tensor)
-            if tt is e.tensor and all(a is b for a, b in zip(idx, e.indices)):
-                return e
-            return E.TensorRead(tt, idx, e.dtype)
-
-    for t in topo_order(list(outputs)):
-        if isinstance(t.op, ScatterOp):
-            r = _Remap()
-            op = t.op
-            init = new.get(id(op.init), op.init) if op.init is not None else None
-            new[id(t)] = Tensor(t.name, t.shape, t.dtype, ScatterOp(
-                tuple(r.visit_axis(a) for a in op.axes), tuple(r.visit(i) for i in op.indices),
-                r.visit(op.value), None if op.where is None else r.visit(op.where), init),
-                dict(t.attrs))
-            continue
-        if not isinstance(t.op, ComputeOp):
-            continue
-        body = hoist_sum_factors(_Remap().visit(t.op.body))
-        t2 = t if body is t.op.body else Tensor(
-            t.name, t.shape, t.dtype, ComputeOp(t.op.axes, body, t.op.tag), dict(t.attrs))
+    def rewrite(t: Tensor, body: E.Expr) -> Tensor | None:
+        hoisted = hoist_sum_factors(body)
+        if hoisted is t.op.body:
+            t2 = t
+        else:
+            t2 = Tensor(t.name, t.shape, t.dtype, ComputeOp(t.op.axes, hoisted, t.op.tag),
+                        dict(t.attrs))
         t3 = stash_invariants(t2)[-1]
-        if t3 is not t:
-            new[id(t)] = t3
-    return [new.get(id(t), t) for t in outputs]
+        return None if t3 is t else t3
+
+    return rewrite_stages(outputs, rewrite)

@@ -8,7 +8,7 @@ whose children are unchanged is returned as is) and memoises shared subexpressio
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from . import expr as E
 from .errors import TecompError
@@ -354,3 +354,52 @@ def consumers(order: list[Tensor]) -> dict[int, list[Tensor]]:
         for d in input_tensors(t):
             out.setdefault(id(d), []).append(t)
     return out
+
+
+class RemapReads(ExprMutator):
+    """Point tensor reads at rewritten producers (``new`` maps ``id(old)`` to the new one)."""
+
+    def __init__(self, new: dict[int, Tensor]) -> None:
+        super().__init__()
+        self.new = new
+
+    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        t = self.new.get(id(e.tensor), e.tensor)
+        if t is e.tensor and all(x is y for x, y in zip(idx, e.indices)):
+            return e
+        return E.TensorRead(t, idx, e.dtype)
+
+
+def rewrite_stages(outputs: Sequence[Tensor],
+                   rewrite: Callable[[Tensor, E.Expr], Tensor | None]) -> list[Tensor]:
+    """Rewrite a DAG stage by stage, producers first (the driver of tensor-level passes).
+
+    Each compute stage's body, with its reads pointed at already rewritten producers, goes to
+    ``rewrite(t, body)``; it returns the new tensor, or None to keep the stage (rebuilt only
+    when its reads changed).  Scatter stages are rebuilt with re-pointed reads.
+    """
+    new: dict[int, Tensor] = {}
+    for t in topo_order(list(outputs)):
+        remap = RemapReads(new)
+        op = t.op
+        if isinstance(op, ComputeOp):
+            body = remap.visit(op.body)
+            out = rewrite(t, body)
+            if out is None and body is not op.body:
+                out = Tensor(t.name, t.shape, t.dtype, ComputeOp(op.axes, body, op.tag),
+                             dict(t.attrs))
+            if out is not None:
+                new[id(t)] = out
+        elif isinstance(op, ScatterOp):
+            init = new.get(id(op.init), op.init) if op.init is not None else None
+            axes = tuple(remap.visit_axis(a) for a in op.axes)
+            idx = tuple(remap.visit(i) for i in op.indices)
+            value = remap.visit(op.value)
+            where = None if op.where is None else remap.visit(op.where)
+            changed = (init is not op.init or value is not op.value or where is not op.where
+                       or any(x is not y for x, y in zip(axes + idx, op.axes + op.indices)))
+            if changed:
+                new[id(t)] = Tensor(t.name, t.shape, t.dtype,
+                                    ScatterOp(axes, idx, value, where, init), dict(t.attrs))
+    return [new.get(id(t), t) for t in outputs]

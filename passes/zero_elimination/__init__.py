@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import ExprMutator, free_vars, fresh_name, substitute, topo_order, walk
+from tecomp.functor import free_vars, fresh_name, rewrite_stages, substitute, walk
 from tecomp.solvers.affine import Affine
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
@@ -26,21 +26,6 @@ from .terms import Term, expand, has_delta, has_guarded_sum
 __all__ = ["eliminate_zeros", "has_delta"]
 
 
-class _Remap(ExprMutator):
-    """Point tensor reads at the rewritten producers."""
-
-    def __init__(self, new: dict[int, Tensor]) -> None:
-        super().__init__()
-        self.new = new
-
-    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
-        idx = tuple(self.visit(i) for i in e.indices)
-        t = self.new.get(id(e.tensor), e.tensor)
-        if t is e.tensor and all(x is y for x, y in zip(idx, e.indices)):
-            return e
-        return E.TensorRead(t, idx, e.dtype)
-
-
 def eliminate_zeros(outputs: Sequence[Tensor]) -> list[Tensor]:
     """``outputs`` with every delta-carrying stage rewritten; values are unchanged.
 
@@ -48,28 +33,13 @@ def eliminate_zeros(outputs: Sequence[Tensor]) -> list[Tensor]:
     reassociation); a Delta node remains only where no exact elimination exists (a delta
     on two data-dependent values, or one inside a non-linear function).
     """
-    order = topo_order(list(outputs))
-    new: dict[int, Tensor] = {}
-    remap = _Remap(new)
-    for t in order:
-        op = t.op
-        if isinstance(op, ComputeOp):
-            body = remap.visit(op.body)
-            if has_delta(body) or has_guarded_sum(body):
-                new[id(t)] = _rewrite_stage(t, body)
-            elif body is not op.body:
-                new[id(t)] = Tensor(t.name, t.shape, t.dtype, ComputeOp(op.axes, body, op.tag),
-                                    dict(t.attrs))
-        elif isinstance(op, ScatterOp):
-            init = new.get(id(op.init), op.init) if op.init is not None else None
-            axes = tuple(remap.visit_axis(a) for a in op.axes)
-            idx = tuple(remap.visit(i) for i in op.indices)
-            where = None if op.where is None else remap.visit(op.where)
-            new[id(t)] = Tensor(t.name, t.shape, t.dtype,
-                                ScatterOp(axes, idx, remap.visit(op.value), where, init),
-                                dict(t.attrs))
-        remap._memo.clear()
-    return [new.get(id(t), t) for t in outputs]
+
+    def rewrite(t: Tensor, body: E.Expr) -> Tensor | None:
+        if has_delta(body) or has_guarded_sum(body):
+            return _rewrite_stage(t, body)
+        return None
+
+    return rewrite_stages(outputs, rewrite)
 
 
 def _rewrite_stage(t: Tensor, body: E.Expr) -> Tensor:
