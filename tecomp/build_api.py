@@ -42,25 +42,21 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
 
-    from .codegen.llvm import build_kernel
+    from .diagnostics import run_pass
     from .lowering_api import lower
 
     lowered = lower(outs, inputs, name=name)
-    from .diagnostics import run_pass
+    # data-dependent accesses checked; affine accesses out of range wherever they run are
+    # build errors either way (a program proven before is not proved again)
+    from .codegen.proof_cache import bounds_checked
 
-    func, bounds = lowered.func, None
-    if check_bounds:
-        from .passes.bounds_check import add_bounds_checks
-
-        func, bounds = add_bounds_checks(func)
-    else:  # affine accesses out of range wherever they run are still build errors
-        from .passes.bounds_affine import check_static_bounds
-
-        check_static_bounds(func)
+    func, bounds = bounds_checked(lowered.func, check_bounds=check_bounds)
     if target == "cuda":  # CUDA C; compiled with NVRTC/nvcc when available, run on a GPU
         from .codegen.cuda.kernel import build_cuda
 
         return run_pass("codegen.cuda", build_cuda, func, inputs=inputs, outputs=outs,
                         hidden=lowered.constants, single=single, bounds=bounds)
+    from .codegen.llvm import build_kernel
+
     return run_pass("codegen.llvm", build_kernel, func, inputs=inputs, outputs=outs,
                     hidden=lowered.constants, single=single, bounds=bounds)

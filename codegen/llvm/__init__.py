@@ -24,48 +24,20 @@ from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
 from .emit import emit_module, pooled_buffers, symbol_name
-from .jit import LOCK, JitFunction, compile_ir, load_object, target_key
+from .jit import (
+    LOCK,
+    JitFunction,
+    code_version,
+    compile_ir,
+    disk_key,
+    load_object,
+    target_key,
+)
 
 _USE_DEFAULT: Any = object()
 
 __all__ = ["build_kernel", "compile_function", "emit_module", "compile_ir", "JitFunction",
-           "target_key", "symbol_name", "load_object", "disk_key"]
-
-
-def disk_key(memory_key: str) -> str:
-    """The persistent-cache key for a program whose in-memory key (:func:`program_key` of
-    the program, the options and :func:`target_key`: triple, CPU name and features) is
-    ``memory_key``: that key with the llvmlite and LLVM versions."""
-    import hashlib
-
-    import llvmlite
-    import llvmlite.binding as llvm
-
-    versions = f"llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
-    return hashlib.sha256(f"{memory_key}|{versions}|{code_version()}".encode()).hexdigest()
-
-
-_code_version: list[str] = []
-
-
-def code_version() -> str:
-    """A digest of this backend's own source (and the loop-IR scheduling passes), so that a
-    changed code generator never reuses machine code an older one stored on disk."""
-    if not _code_version:
-        import hashlib
-        from pathlib import Path
-
-        here = Path(__file__).resolve().parent
-        files = sorted(here.glob("*.py")) + sorted((here.parent.parent / "passes").glob(
-            "schedule*.py")) + [here.parent.parent / "passes" / "loop_order.py"]
-        h = hashlib.sha256()
-        for f in files:
-            try:
-                h.update(f.name.encode() + b"\0" + f.read_bytes())
-            except OSError:
-                h.update(f.name.encode() + b"\0missing")
-        _code_version.append(h.hexdigest()[:16])
-    return _code_version[0]
+           "target_key", "symbol_name", "load_object", "disk_key", "code_version"]
 
 
 def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,

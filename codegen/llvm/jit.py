@@ -24,7 +24,6 @@ lock; calling compiled code needs no lock.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import itertools
 import os
 import threading
@@ -42,7 +41,10 @@ _library_ids = itertools.count()
 
 
 def _init() -> dict[str, Any]:
-    """Initialise LLVM's native target once; build the target machine and the JIT."""
+    """Initialise LLVM's native target once and describe the host (triple, CPU, features).
+
+    Cheap on purpose: loading code from the persistent cache needs no more.  The target
+    machine that compiles is made on first use (:func:`_machine`, a few milliseconds)."""
     if _state:
         return _state
     with LOCK:
@@ -50,26 +52,95 @@ def _init() -> dict[str, Any]:
             return _state
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        # compiler-runtime helpers LLVM may call (half conversions without F16C, powi)
-        lib = ctypes.util.find_library("gcc_s")
-        if lib:
-            try:
-                llvm.load_library_permanently(lib)
-            except RuntimeError:  # pragma: no cover - optional
-                pass
+        _load_gcc_runtime()
         cpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=3,
-                                          codemodel="jitdefault")
-        _state.update(tm=tm, jit=llvm.create_lljit_compiler(tm),
-                      key=f"{tm.triple}|{cpu}|{features}")
+        triple = llvm.get_process_triple()
+        _state.update(cpu=cpu, features=features, triple=triple,
+                      key=f"{triple}|{cpu}|{features}")
     return _state
+
+
+def _load_gcc_runtime() -> None:
+    """Make the compiler-runtime helpers LLVM may call (half conversions without F16C,
+    ``powi``) resolvable: the loader finds ``libgcc_s`` by its soname; ``find_library`` (which
+    runs ``ldconfig``, milliseconds) only when that fails."""
+    try:
+        llvm.load_library_permanently("libgcc_s.so.1")
+        return
+    except RuntimeError:
+        pass
+    import ctypes.util
+
+    lib = ctypes.util.find_library("gcc_s")
+    if lib:
+        try:
+            llvm.load_library_permanently(lib)
+        except RuntimeError:  # pragma: no cover - optional
+            pass
+
+
+def _machine() -> Any:
+    """The target machine for the host CPU (name and features: without them LLVM only uses
+    SSE), made once."""
+    st = _init()
+    tm = st.get("tm")
+    if tm is None:
+        with LOCK:
+            tm = st.get("tm")
+            if tm is None:
+                target = llvm.Target.from_triple(st["triple"])
+                tm = st["tm"] = target.create_target_machine(
+                    cpu=st["cpu"], features=st["features"], opt=3, codemodel="jitdefault")
+    return tm
+
+
+def _process_jit() -> Any:
+    """The process-wide JIT that holds the parallel-loop runtime (made once)."""
+    st = _init()
+    if "jit" not in st:
+        st["jit"] = llvm.create_lljit_compiler()
+    return st["jit"]
 
 
 def target_key() -> str:
     """Identifies the code this process generates (triple, CPU, features): part of cache keys."""
     return _init()["key"]
+
+
+def disk_key(memory_key: str) -> str:
+    """The persistent-cache key for code whose in-memory key (for kernels: the program, the
+    options and :func:`target_key`) is ``memory_key``: that key with the llvmlite and LLVM
+    versions and :func:`code_version`."""
+    import hashlib
+
+    import llvmlite
+
+    versions = f"llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
+    return hashlib.sha256(f"{memory_key}|{versions}|{code_version()}".encode()).hexdigest()
+
+
+_code_version: list[str] = []
+
+
+def code_version() -> str:
+    """A digest of this backend's own source (and the loop-IR scheduling passes), so that a
+    changed code generator never reuses machine code an older one stored on disk."""
+    if not _code_version:
+        import hashlib
+        from pathlib import Path
+
+        here = Path(__file__).resolve().parent
+        files = sorted(here.glob("*.py")) + sorted((here.parent.parent / "passes").glob(
+            "schedule*.py")) + [here.parent.parent / "passes" / "loop_order.py"]
+        h = hashlib.sha256()
+        for f in files:
+            try:
+                h.update(f.name.encode() + b"\0" + f.read_bytes())
+            except OSError:
+                h.update(f.name.encode() + b"\0missing")
+        _code_version.append(h.hexdigest()[:16])
+    return _code_version[0]
 
 
 @dataclass
@@ -107,13 +178,13 @@ class _Library:
 
 def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
     """Run the O``speed_level`` pipeline with vectorisation on ``module`` in place."""
-    st = _init()
+    tm = _machine()
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     pto.loop_vectorization = speed_level >= 2
     pto.slp_vectorization = speed_level >= 2
     pto.loop_unrolling = speed_level >= 2
     pto.loop_interleaving = speed_level >= 2
-    pb = llvm.create_pass_builder(st["tm"], pto)
+    pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     try:
         mpm.run(module, pb)
@@ -138,12 +209,12 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
     """
     text = str(module)
     with LOCK:
-        st = _init()
+        tm = _machine()
         try:
             # a context per module: the global one keeps every type and constant forever
             mod = llvm.parse_assembly(text, context=llvm.create_context())
-            mod.triple = st["tm"].triple
-            mod.data_layout = str(st["tm"].target_data)
+            mod.triple = tm.triple
+            mod.data_layout = str(tm.target_data)
             mod.verify()
         except RuntimeError as err:
             raise CompileError(f"verify: LLVM rejected the IR of {name!r}: {err}") from None
@@ -154,7 +225,7 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
             raise CompileError(f"optimise: {name!r}: {err}") from None
         source = str(mod)
         try:
-            obj = st["tm"].emit_object(mod)
+            obj = tm.emit_object(mod)
         except RuntimeError as err:
             raise CompileError(f"jit: could not generate code for {name!r}: {err}") from None
         mod.close()  # the module first, then (unreferenced) its context
@@ -163,14 +234,13 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
 
 
 def runtime_address() -> int:
-    """The address of the parallel-loop runtime (:mod:`.runtime`), compiled on first use and
-    kept for the life of the process."""
+    """The address of the parallel-loop runtime (:mod:`.runtime`), loaded on first use and
+    kept for the life of the process: from the persistent cache when an earlier process
+    stored it (:func:`_runtime_entry`), else compiled (and stored)."""
     with LOCK:
         st = _init()
         if "runtime" not in st:
-            from .runtime import SYMBOL, build_module
-
-            rt = compile_ir(build_module(), SYMBOL, link_runtime=False)
+            rt = _load_runtime()
             reset = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
                                      ctypes.c_int64, ctypes.c_int64)(rt.address)
             # a forked child has none of the pool's threads (and maybe a held lock): reset it
@@ -179,23 +249,47 @@ def runtime_address() -> int:
         return st["runtime"].address
 
 
+def _load_runtime() -> JitFunction:
+    """The runtime's object code linked into the process-wide JIT.  It is keyed in the
+    default persistent cache like a kernel (host, versions, :func:`code_version`, which
+    covers :mod:`.runtime`); an unusable entry is compiled afresh and overwritten."""
+    from ..disk_cache import default_cache
+    from .runtime import SYMBOL, build_module
+
+    store = default_cache()
+    key = disk_key(f"runtime|{SYMBOL}|{target_key()}") if store is not None else ""
+    if store is not None:
+        entry = store.get(key)
+        if entry is not None and isinstance(entry.get("object"), bytes):
+            try:
+                return load_object(entry["object"], SYMBOL, str(entry.get("source", "")),
+                                   link_runtime=False)
+            except CompileError:
+                pass
+    rt = compile_ir(build_module(), SYMBOL, link_runtime=False)
+    if store is not None:
+        store.put(key, {"object": rt.object_code, "source": rt.source})
+    return rt
+
+
 def load_object(obj: bytes, name: str, source: str, *,
                 link_runtime: bool = True) -> JitFunction:
     """Link the object code ``obj`` (made by :func:`compile_ir` on this machine) into the
     process and return its function ``name``; ``source`` is the optimised IR it came from.
-    The runtime's symbol (:func:`runtime_address`) is resolved for it."""
+    The runtime's symbol (:func:`runtime_address`) is resolved for it when ``obj`` refers to
+    it (the name is in its symbol table; a kernel without parallel loops does not)."""
     with LOCK:
-        st = _init()
         lib = f"{name}.{next(_library_ids)}"
         try:
             builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
             if link_runtime:
                 from .runtime import SYMBOL
 
-                builder = builder.import_symbol(SYMBOL, runtime_address())
+                if SYMBOL.encode() in obj:
+                    builder = builder.import_symbol(SYMBOL, runtime_address())
             # kernels get a JIT each (dropped with the kernel: its dylib and symbol tables go
             # too); the runtime stays in the process-wide one
-            jit = llvm.create_lljit_compiler(st["tm"]) if link_runtime else st["jit"]
+            jit = llvm.create_lljit_compiler() if link_runtime else _process_jit()
             library = _Library(builder.export_symbol(name).link(jit, lib), jit)
             address = library.tracker[name]
         except RuntimeError as err:
