@@ -139,8 +139,12 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     stmt: Stmt = For(j, conv(ilo), conv(ihi), acc)
     for ax, (lo, hi) in zip(reversed(raxes), reversed(kbounds)):
         stmt = For(ax.var, conv(lo), conv(hi), stmt)
-    stmt = Seq((init, stmt))
-    outer = axes[:-1]
+    return outer_loops(axes[:-1], Seq((init, stmt)), conv, parallel=parallel)
+
+
+def outer_loops(outer: tuple[E.IterVar, ...], stmt: Stmt, conv: Callable[[E.Expr], E.Expr],
+                *, parallel: bool = True) -> Stmt:
+    """Loops over the data axes ``outer`` around ``stmt``, the first ``"parallel"``."""
     for n in range(len(outer) - 1, -1, -1):
         ax = outer[n]
         kind = "parallel" if n == 0 and parallel else "serial"

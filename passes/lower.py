@@ -68,6 +68,7 @@ from .lower_stage import (
     lower_scatter,
     lower_stage,
 )
+from .residue_split import split_window_sum
 
 
 def _ident(name: str) -> str:
@@ -264,7 +265,10 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
             continue
         assert isinstance(t.op, ComputeOp)
         (body,) = exprs[id(t)]
-        stmt = reorder_sum(t.op.axes, body, buf, expression_lowerer(ctx, buf.name), ctx.params)
+        conv = expression_lowerer(ctx, buf.name)
+        stmt = split_window_sum(t.op.axes, body, buf, conv, ctx.params)
+        if stmt is None:
+            stmt = reorder_sum(t.op.axes, body, buf, conv, ctx.params)
         if stmt is None:
             stmt = lower_stage(ctx, buf.name, t.op.axes, body, buf)
         items.append(stmt)
