@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import dtypes
 from .. import expr as E
-from ..cost import count_cost
+from ..cost import count_iterations
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..tensor import Tensor
@@ -225,13 +225,13 @@ class Kernel:
         return tuple(outs)
 
     def _iterations(self, params: list[int], sizes: dict[E.Var, int]) -> int:
-        """Innermost-loop iterations of a call with these sizes (``tc.cost``, remembered per
-        sizes; 0 where it cannot be counted)."""
+        """Innermost-loop iterations of a call with these sizes (as ``tc.cost`` counts them,
+        without SymPy; remembered per sizes; 0 where it cannot be counted)."""
         key = tuple(params)
         hit = self._work.get(key)
         if hit is None:
             try:
-                hit = int(count_cost(self.ir, dict(sizes)).iterations)
+                hit = count_iterations(self.ir, sizes)
             except Exception:  # noqa: BLE001 - an estimate only: fall back to the data size
                 hit = 0
             if len(self._work) > 64:

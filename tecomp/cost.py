@@ -417,3 +417,17 @@ def count_cost(func: LoweredFunc, sizes: Mapping[Any, Any] | None = None) -> Cos
         iterations = 1
     return Cost(_simplify(sympy.sympify(flops)), _simplify(sympy.sympify(iterations)),
                 _bytes(col.temps, sz))
+
+
+def count_iterations(func: LoweredFunc, sizes: Mapping[Any, Any]) -> int:
+    """``count_cost(func, sizes).iterations`` when ``sizes`` binds every size: an int,
+    counted without SymPy (a kernel estimates the work of a call with it)."""
+    sz = _normalise_sizes(sizes)
+    col = _Collector()
+    col.visit(func.body, (), {})
+    if not col.inner:
+        return 1
+    total = sum(count_points(path, sz) for path in col.inner)
+    if not isinstance(total, (int, np.integer)):
+        raise TecompError("cost: count_iterations needs every size bound")
+    return int(total)

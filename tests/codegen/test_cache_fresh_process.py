@@ -1,0 +1,119 @@
+"""The persistent cache across processes: a second, fresh process loads what the first compiled.
+
+Each build runs in a new Python process with its own cache directory (``XDG_CACHE_HOME``): the
+first compiles and stores the kernel, the parallel-loop runtime and the bounds verdict; the
+second must take all of them from disk (LLVM made no target machine, islpy was not imported
+for a program proven in bounds) and give the evaluator's results, the same bits as the first.
+A program that needs runtime bounds checks still checks them when its kernel comes from disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.cost import count_cost, count_iterations
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tecomp as tc
+    from tecomp.codegen import disk_cache
+    from tecomp.codegen.llvm import jit
+
+    mode, out = sys.argv[1], sys.argv[2]
+    if mode == "second":  # everything must come from the cache: no LLVM compile at all
+        import tecomp.codegen.llvm as backend
+
+        def no_llvm(*args, **kwargs):
+            raise AssertionError("LLVM compiled although the cache holds the code")
+
+        jit.compile_ir = backend.compile_ir = no_llvm
+    X = tc.placeholder((1, 3, 9, 8), name="X")
+    W = tc.placeholder((4, 3, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, W], H)
+    k = tc.build([gX, gW], [X, W, H])
+    islpy_used = "islpy" in sys.modules
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(tuple(int(d.value) for d in t.shape)).astype(np.float32)
+            for t in (X, W, H)]
+    got = k(*args)
+    want = tc.evaluate([gX, gW], dict(zip((X, W, H), args)))
+    n = tc.var("n")
+    E = tc.placeholder((n, 4), name="E")
+    idx = tc.placeholder((6,), name="idx", dtype="int64")
+    G = tc.compute((6, 4), lambda i, j: E[idx[i], j] * 2.0, name="G")
+    g = tc.build(G, [E, idx])
+    e = rng.standard_normal((5, 4)).astype(np.float32)
+    ix = np.array([4, 0, 1, 3, 2, 4])
+    gathered = g(e, ix)
+    try:
+        g(e, np.array([0, 1, 5, 0, 0, 0]))
+        error = ""
+    except tc.IndexBoundsError as err:
+        error = str(err)
+    np.savez(out, gX=got[0], gW=got[1], eX=want[0], eW=want[1], G=gathered, eG=e[ix] * 2)
+    store = disk_cache.default_cache()
+    print(json.dumps({"hits": store.hits, "misses": store.misses, "islpy": islpy_used,
+                      "machine": "tm" in jit._state, "error": error}))
+""")
+
+
+def _run(tmp_path, mode):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    out = tmp_path / f"{mode}.npz"
+    res = subprocess.run([sys.executable, "-c", CHILD, mode, str(out)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1]), np.load(out)
+
+
+def test_second_process_loads_everything_from_disk(tmp_path):
+    info1, res1 = _run(tmp_path, "first")
+    # proof and kernel of each program, and the runtime
+    assert info1["hits"] == 0 and info1["misses"] == 5
+    assert info1["machine"] and info1["islpy"]
+    info2, res2 = _run(tmp_path, "second")
+    # the gather's verdict is never stored: its checks stay those the pass adds
+    assert info2["hits"] == 4 and info2["misses"] == 1
+    assert not info2["machine"], "a target machine was made: something was compiled"
+    assert not info2["islpy"], "the bounds proof of the convolution ran again"
+    for res in (res1, res2):
+        np.testing.assert_allclose(res["gX"], res["eX"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(res["gW"], res["eW"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(res["G"], res["eG"])
+    for name in ("gX", "gW", "G"):  # the same machine code
+        np.testing.assert_array_equal(res1[name], res2[name])
+    for info in (info1, info2):
+        assert "out-of-bounds read of tensor 'E'" in info["error"], info["error"]
+
+
+def _iteration_programs():
+    n = tc.var("n")
+    X = tc.placeholder((1, 2, n, 7), name="X")
+    W = tc.placeholder((3, 2, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, W], H)
+    A = tc.placeholder((n, n), name="A")
+    k = tc.reduce_axis(n, name="k")
+    C = tc.compute((n,), lambda i: tc.sum(tc.if_then_else(k <= i, A[i, k], 0.0), axis=k),
+                   name="C")
+    (dA,) = tc.gradient(C, [A])
+    return n, [tc.lower([gX, gW], [X, W, H]).func, tc.lower([C, dA], [A]).func]
+
+
+@pytest.mark.parametrize("size", [1, 2, 9, 16])
+def test_count_iterations_matches_cost(size):
+    n, funcs = _iteration_programs()
+    for func in funcs:
+        assert count_iterations(func, {n: size}) == count_cost(func, {n: size}).iterations
