@@ -33,8 +33,9 @@ from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.tensor import Tensor
 
 from ..kernel import Kernel, _array, _bind, _resolve, _scalar, eval_int
+from .blocks import TILE_M, TILE_N, TILE_THREADS
 from .compile import DEFAULT_ARCH, CudaBinary, available_compilers, compile_cuda
-from .render import CudaRenderer
+from .render import BLOCK, CudaRenderer
 from .runtime import (
     CudaDevice,
     Device,
@@ -271,6 +272,8 @@ class CudaKernel(Kernel):
                        ) -> tuple[int, int]:
         if st.serial:
             return 1, 1
+        if st.tiling is not None or st.block_reduce is not None:
+            return _block_config(st, dev, sizes)
         return dev.config(_iterations(st, sizes), bool(st.private))
 
 
@@ -319,6 +322,38 @@ def _iterations(st: Stage, sizes: dict[E.Var, int]) -> int | None:
         return total
     except (ArgumentError, CompileError, KeyError, TypeError, ZeroDivisionError):
         return None  # bounds read memory or wrapper lets: the grid-stride loop copes
+
+
+def _block_config(st: Stage, dev: Device, sizes: dict[E.Var, int]) -> tuple[int, int]:
+    """(blocks, threads) of a block-level stage: a block per output (block reduction) or per
+    output tile (tiling, exactly TILE_THREADS threads), capped like a grid-stride loop."""
+    units = None
+    env = dict(sizes)
+    try:
+        for v, value in st.lets:
+            env[v] = eval_int(value, env)
+        if st.tiling is not None:
+            tl = st.tiling
+            units = _trips(tl.batch, env) * (-(-_trips((tl.iloop,), env) // TILE_M)) * (
+                -(-_trips((tl.jloop,), env) // TILE_N))
+        else:
+            units = _trips(st.block_reduce.outer, env)
+    except (ArgumentError, CompileError, KeyError, TypeError, ZeroDivisionError):
+        units = None
+    grid, block = dev.config(None if units is None else units * BLOCK, False)
+    if units is not None:
+        grid = max(1, min(grid, units))
+    if st.tiling is not None:
+        block = TILE_THREADS
+    return grid, block
+
+
+def _trips(loops: Sequence[Any], env: dict[E.Var, int]) -> int:
+    total = 1
+    for loop in loops:
+        lo, hi = eval_int(loop.lo, env), eval_int(loop.hi, env)
+        total *= max(0, -(-(hi - lo) // loop.step))
+    return total
 
 
 def _pack(st: Stage, ptr: dict[Buffer, int], params: list[int], pvars: Sequence[E.Var]

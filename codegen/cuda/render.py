@@ -30,13 +30,15 @@ from tecomp.errors import CompileError
 from tecomp.loopir import Buffer, For, IfThenElse, LetStmt, Stmt, Store
 
 from ..cstyle import CStyleRenderer, float_literal, int_literal
+from .render_blocks import BLOCK_NAMES, BlockRenderMixin, block_helpers
 from .schedule import GpuProgram, Private, Stage
 
 BLOCK = 256
 
 
-class CudaRenderer(CStyleRenderer):
-    """The CUDA target: ``__device__`` helpers, half types, atomics and grid mapping."""
+class CudaRenderer(BlockRenderMixin, CStyleRenderer):
+    """The CUDA target: ``__device__`` helpers, half types, atomics, grid mapping and the
+    block-level schedules (:mod:`.render_blocks`)."""
 
     helper_qualifier = "__device__ __forceinline__"
 
@@ -46,7 +48,7 @@ class CudaRenderer(CStyleRenderer):
         self.temps = set(program.temps)
         self.atomic: frozenset[Store] = frozenset()
         self.private: dict[tuple, Private] = {}
-        self.reserve("tc_t", "tc_r", "tc_total")
+        self.reserve("tc_t", "tc_r", "tc_total", *BLOCK_NAMES)
         self.bind_names(program.func)
 
     # ------------------------------------------------------------------------------- hooks
@@ -112,6 +114,8 @@ class CudaRenderer(CStyleRenderer):
         if "bfloat16" in body:
             head.append("#include <cuda_bf16.h>")
         pre = self.prelude()
+        if "tc_block_" in body:
+            pre += block_helpers(self.helper_qualifier)
         if "tc_atomic_" in body:
             pre += _ATOMICS.replace("QUAL", self.helper_qualifier)
             if "__half" in body or "half2float" in body or "float2half" in body:
@@ -174,6 +178,19 @@ class CudaRenderer(CStyleRenderer):
                 s = s.then
             else:  # pragma: no cover - the scheduler only maps through these wrappers
                 raise CompileError(f"render: cannot map {type(s).__name__} onto the grid")
+        if st.tiling is not None:
+            lines += self.render_tiled(st, depth)
+        elif st.block_reduce is not None:
+            lines += self.render_block_reduce(st, depth)
+        else:
+            lines += self._render_grid_stride(st, depth)
+        for _ in range(closers):
+            depth -= 1
+            lines.append(self.pad(depth) + "}")
+        return lines
+
+    def _render_grid_stride(self, st: Stage, depth: int) -> list[str]:
+        lines: list[str] = []
         p = self.pad(depth)
         for priv in st.private:
             t = self.reg_type(priv.buffer.dtype)
@@ -206,15 +223,7 @@ class CudaRenderer(CStyleRenderer):
         lines += self.render_stmt(st.mapped[-1].body, depth + 1)
         lines.append(p + "}")
         if st.private:
-            lines.append(f"{p}if ((long long)blockIdx.x * blockDim.x + threadIdx.x < tc_total) {{")
-            for priv in st.private:
-                b = priv.buffer
-                addr = f"&{self.buffer(b)}[{self.flat_index(b, priv.indices)}]"
-                lines.append(f"{q}tc_atomic_{priv.reduce}({addr}, {priv.name});")
-            lines.append(p + "}")
-        for _ in range(closers):
-            depth -= 1
-            lines.append(self.pad(depth) + "}")
+            lines += self.render_private_combine(st, depth)
         return lines
 
     def identity(self, reduce: str, dtype: str) -> str:

@@ -27,13 +27,18 @@ sums order-nondeterministic: results may differ in the last bits from run to run
 
 Stages that cannot be mapped run on a single thread (correct, but slow for big loops).
 
+Two patterns of mapped stages get block-level schedules (:mod:`.blocks`): short row
+reductions get a block per output (warp shuffles and shared memory), contractions
+``C[i, j] = sum_k A[i, k] * B[k, j]`` get shared-memory tiles; the private accumulators of a
+stage are combined across each block before one atomic per block.
+
 A *record* buffer (the error record of :mod:`tecomp.passes.bounds_check`) is left out of this
 analysis: threads may race on it by design (only on which failure gets recorded).
 
 Example: ``for r in [0, n): for s in [0, 32): loss[] += C[r, s] * C[r, s]`` (not marked
 parallel) maps ``r`` onto the grid; the store into ``loss`` is not owned by ``r`` and its index
-is invariant, so each thread keeps ``tc_acc0 += ...`` and ends with one
-``atomicAdd(&loss[0], tc_acc0)``.
+is invariant, so each thread keeps ``tc_acc0 += ...``; the block sums its threads' values and
+thread 0 ends with one ``atomicAdd(&loss[0], total)``.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from tecomp.loopir import (
 )
 
 from ..cstyle import stmt_exprs, walk_expr, walk_stmt
+from .blocks import BlockReduce, Tiling, match_block_reduce, match_tiling
 from .reorder import restore_sum_order
 
 ATOMIC_DTYPES = {"sum": ("float16", "bfloat16", "float32", "float64", "int32", "int64"),
@@ -89,6 +95,8 @@ class Stage:
     private: tuple[Private, ...]
     buffers: tuple[Buffer, ...]
     written: frozenset[Buffer]
+    block_reduce: BlockReduce | None = None  # one block per output (:mod:`.blocks`)
+    tiling: Tiling | None = None  # shared-memory tiles of a contraction (:mod:`.blocks`)
 
     @property
     def serial(self) -> bool:
@@ -169,7 +177,13 @@ def _make_stage(name: str, s: Stmt, lets: tuple[tuple[E.Var, E.Expr], ...],
         if plan is not None:
             mapped, non_owned = plan
             atomic, private = _atomics(loop, mapped, non_owned, ignored)
-    return Stage(name, s, lets, tuple(mapped), atomic, private, buffers, gwritten)
+    tiling = block = None
+    if mapped:
+        tiling = match_tiling(mapped, bool(atomic or private), gwritten)
+        if tiling is None:
+            block = match_block_reduce(mapped, bool(atomic or private))
+    return Stage(name, s, lets, tuple(mapped), atomic, private, buffers, gwritten, block,
+                 tiling)
 
 
 def _local_buffers(s: Stmt) -> set[Buffer]:

@@ -6,6 +6,10 @@ library (one translation unit per source, each with a ``tc_emu_<kernel>`` launch
 ``CudaKernel.launch(..., device=EmulatedDevice(...))`` exercises the same host code as a GPU
 run: argument checks, temporaries, grid sizes, argument packing and launch order.  Fresh
 allocations are filled with 0xFF bytes (NaN for floats) so reads of uninitialised memory show.
+
+A kernel whose text uses block-level features (``__syncthreads``, ``__shared__``, warp
+shuffles, the ``tc_block_*`` helpers) gets the threaded launcher of ``emulate.h`` (one fiber per
+CUDA thread); the others the plain one (threads one after another).
 """
 
 from __future__ import annotations
@@ -30,12 +34,26 @@ _LIBS: dict[str, ctypes.CDLL] = {}  # source digest -> library (kept for the ses
 _DIRS: list[str] = []
 
 
+_BLOCK_LEVEL_RE = re.compile(r"__syncthreads|__shared__|__shfl_|__syncwarp|tc_block_")
+
+
 def gxx_available() -> bool:
     return shutil.which("g++") is not None
 
 
 def kernel_names(source: str) -> list[str]:
     return _KERNEL_RE.findall(source)
+
+
+def threaded_kernels(source: str) -> set[str]:
+    """The kernels of ``source`` that need the threaded launcher (block-level features)."""
+    heads = list(_KERNEL_RE.finditer(source))
+    out = set()
+    for n, m in enumerate(heads):
+        end = heads[n + 1].start() if n + 1 < len(heads) else len(source)
+        if _BLOCK_LEVEL_RE.search(source, m.end(), end):
+            out.add(m.group(1))
+    return out
 
 
 def _digest(source: str) -> str:
@@ -65,9 +83,11 @@ def compile_emulated(sources: list[str], opt: str = "-O1") -> None:
         (stubs / h).write_text("// emulation: the types come from emulate.h\n")
     files = []
     for n, src in enumerate(todo):
+        threaded = threaded_kernels(src)
         launchers = "".join(
             f'\nextern "C" void tc_emu_{k}(unsigned g, unsigned b, void** a) '
-            f"{{ tc_emu_launch({k}, g, b, a); }}" for k in kernel_names(src))
+            f"{{ tc_emu_launch{'_threaded' if k in threaded else ''}({k}, g, b, a); }}"
+            for k in kernel_names(src))
         path = Path(tmp, f"prog{n}.cu")
         path.write_text(src + launchers + "\n")
         files.append(str(path))

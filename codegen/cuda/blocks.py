@@ -1,0 +1,234 @@
+"""Block-level schedules: a block per output for short row reductions, shared-memory tiles for
+contractions.
+
+After :mod:`.schedule` has mapped a stage's loops onto the grid one thread per element, two
+patterns get a block-level mapping instead when a static rule says it pays:
+
+**Block reduction** (:class:`BlockReduce`).  A stage ``for o..: allocate acc { acc = init;
+for r..: acc <op>= v; rest }`` (op sum, prod, max or min; ``rest`` reads ``acc`` and stores
+the outputs) gets one thread block per output element ``o`` (a grid-stride loop over the
+outputs), the block's threads taking strided parts of the flattened reduction loops.  Each
+thread accumulates in a register from the combiner's identity, the block combines the
+registers with ``__shfl_down_sync`` inside each warp and shared memory across warps (the tree
+of CUB's ``BlockReduce``, warp-reduce variant), and thread 0 combines ``init`` with the total and
+runs ``rest``: one plain store per output.  ``tc_max``/``tc_min`` propagate NaN whatever the
+order of the operands, so max and min keep the CPU's NaN semantics; float sums are re-associated
+(results differ from the sequential order in the last bits), integer sums are exact.
+
+Rule ("where worth it"): the number of outputs is a constant no larger than
+:data:`BLOCK_REDUCE_MAX_OUTPUTS` (with a thread per output, at most 1/16 of an H200's 270 000
+resident threads would have work, each reading its row alone) and the reduction's trip count is
+symbolic or at least :data:`BLOCK_REDUCE_MIN_LENGTH` (two iterations per thread of a 32-thread
+warp; below that a thread per output is as good).
+
+Reductions into thread-invariant destinations (a sum into a scalar; ``Stage.private``) keep
+their grid-stride loop; the thread-private accumulators are combined across the block the same
+way, and one atomic per block (not per thread) adds the block's total.
+
+**Contraction tiling** (:class:`Tiling`).  A stage ``for b..: for i: for j: allocate acc {
+acc = init; for k..: acc += x * y; rest }`` where ``x`` does not use ``j`` and ``y`` does not use
+``i`` (``C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]``, whatever the index expressions) is
+computed by 32 x 32 output tiles: a block of 256 threads stages a 32 x 16 tile of ``x`` and a
+16 x 32 tile of ``y`` in shared memory per step of 16 along the flattened ``k`` loops, between
+``__syncthreads``, and each thread keeps a 2 x 2 register tile of outputs (rows ``ty + 16r``,
+columns ``tx + 16c``, so neighbouring threads take neighbouring columns).  Elements outside the
+iteration space load as zero; outputs outside it are not stored.  Each output still receives its
+terms in increasing ``k`` order (the classical shared-memory GEMM of the CUDA programming
+guide, with register blocking as in Volkov & Demmel, SC 2008).
+
+Rule: ``i`` and ``j`` extents symbolic or at least :data:`TILE_MIN_EXTENT`, and the ``k`` trip
+count symbolic or at least :data:`TILE_MIN_EXTENT` (smaller tiles would be mostly padding).
+Anything that does not match keeps the thread-per-element mapping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tecomp import expr as E
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
+
+from ..cstyle import stmt_exprs, walk_expr, walk_stmt
+
+BLOCK_REDUCE_MAX_OUTPUTS = 16384
+BLOCK_REDUCE_MIN_LENGTH = 64
+TILE_MIN_EXTENT = 16
+TILE_M = 32  # output rows of a tile
+TILE_N = 32  # output columns of a tile
+TILE_K = 16  # reduction step staged in shared memory
+TILE_THREADS = 256  # (TILE_M / 2) x (TILE_N / 2) threads, 2 x 2 outputs each
+REDUCE_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class BlockReduce:
+    """One block per output: ``outer`` loops over the outputs, ``inner`` (collapsed) reduction
+    loops strided over the block's threads, the rest of the reduction nest in ``body``."""
+
+    outer: tuple[For, ...]
+    acc: Buffer
+    init: Store
+    inner: tuple[For, ...]
+    body: Stmt
+    reduce: str
+    rest: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """``acc = init; for k..: acc += a * b; rest`` per output ``(batch.., i, j)``."""
+
+    batch: tuple[For, ...]
+    iloop: For
+    jloop: For
+    acc: Buffer
+    init: Store
+    kloops: tuple[For, ...]
+    a: E.Expr
+    b: E.Expr
+    rest: tuple[Stmt, ...]
+
+
+def _free(e: E.Expr) -> set[E.Var]:
+    return {n for n in walk_expr(e) if isinstance(n, E.Var)}
+
+
+def _loop_free(loop: For) -> set[E.Var]:
+    return _free(loop.lo) | _free(loop.hi)
+
+
+def _reads(s: Stmt, buf: Buffer) -> bool:
+    return any(isinstance(n, BufferLoad) and n.buffer == buf
+               for x in walk_stmt(s) for e in stmt_exprs(x) for n in walk_expr(e))
+
+
+def _const_trips(loops: tuple[For, ...]) -> int | None:
+    """The product of the loops' trip counts when every bound is a constant, else None."""
+    total = 1
+    for lp in loops:
+        if not (isinstance(lp.lo, E.Const) and isinstance(lp.hi, E.Const)):
+            return None
+        lo, hi = int(lp.lo.value), int(lp.hi.value)
+        total *= max(0, -(-(hi - lo) // lp.step))
+    return total
+
+
+def _reduction_nest(loop: Stmt, acc: Buffer) -> str | None:
+    """The combiner when every store of ``loop`` is ``acc <op>= ...`` with one op and nothing
+    in it reads ``acc`` or allocates; else None."""
+    ops = set()
+    for x in walk_stmt(loop):
+        if isinstance(x, Allocate):
+            return None
+        if isinstance(x, Store):
+            if x.buffer != acc or x.reduce is None:
+                return None
+            ops.add(x.reduce)
+    if len(ops) != 1 or _reads(loop, acc):
+        return None
+    return ops.pop()
+
+
+def _accumulator(mapped: list[For]) -> tuple[Allocate, Store, For, tuple[Stmt, ...]] | None:
+    """``allocate acc { acc = init; <reduction loop>; rest }`` directly under the mapped loops
+    (which must be perfectly nested), or None."""
+    body = mapped[-1].body
+    for outer, inner in zip(mapped, mapped[1:]):
+        if outer.body is not inner:
+            return None
+    if not isinstance(body, Allocate):
+        return None
+    acc = body.buffer
+    if acc.ndim != 0 or acc.scope != "local" or acc.dtype not in REDUCE_DTYPES:
+        return None
+    seq = body.body
+    if not (isinstance(seq, Seq) and len(seq.stmts) >= 3):
+        return None
+    init, red, *rest = seq.stmts
+    if not (isinstance(init, Store) and init.buffer == acc and init.reduce is None
+            and not _reads(init, acc) and isinstance(red, For)):
+        return None
+    if any(isinstance(x, Store) and x.buffer == acc for r in rest for x in walk_stmt(r)):
+        return None
+    return body, init, red, tuple(rest)
+
+
+def match_block_reduce(mapped: list[For], has_atomics: bool) -> BlockReduce | None:
+    """A :class:`BlockReduce` for a stage whose grid-mapped loops are ``mapped`` (see the
+    module doc for the pattern and the rule), or None."""
+    if has_atomics or not mapped:
+        return None
+    found = _accumulator(mapped)
+    if found is None:
+        return None
+    alloc, init, red, rest = found
+    op = _reduction_nest(red, alloc.buffer)
+    if op is None:
+        return None
+    inner = [red]
+    body = red.body
+    while isinstance(body, For) and not (_loop_free(body) & {lp.var for lp in inner}):
+        inner.append(body)
+        body = body.body
+    outputs = _const_trips(tuple(mapped))
+    if outputs is None or outputs > BLOCK_REDUCE_MAX_OUTPUTS:
+        return None
+    length = _const_trips(tuple(inner))
+    if length is not None and length < BLOCK_REDUCE_MIN_LENGTH:
+        return None
+    return BlockReduce(tuple(mapped), alloc.buffer, init, tuple(inner), body, op, rest)
+
+
+def _factors(value: E.Expr, i: E.Var, j: E.Var) -> tuple[E.Expr, E.Expr] | None:
+    """(the factor free of ``j``, the factor free of ``i``) of a product, or None."""
+    if not isinstance(value, E.Mul):
+        return None
+    x, y = value.a, value.b
+    if not (x.dtype == y.dtype == value.dtype):
+        return None
+    for a, b in ((x, y), (y, x)):
+        if j not in _free(a) and i not in _free(b):
+            return a, b
+    return None
+
+
+def match_tiling(mapped: list[For], has_atomics: bool, written: frozenset[Buffer]
+                 ) -> Tiling | None:
+    """A :class:`Tiling` for a stage whose grid-mapped loops are ``mapped`` (see the module
+    doc), or None.  ``written``: the buffers the stage writes (the factors must not read
+    them)."""
+    if has_atomics or len(mapped) < 2:
+        return None
+    found = _accumulator(mapped)
+    if found is None:
+        return None
+    alloc, init, red, rest = found
+    acc = alloc.buffer
+    if acc.dtype not in ("float32", "float64"):
+        return None
+    kloops = [red]
+    body: Stmt = red.body
+    while isinstance(body, For):
+        kloops.append(body)
+        body = body.body
+    if not (isinstance(body, Store) and body.buffer == acc and body.reduce == "sum"
+            and body.indices == () and body.value.dtype == acc.dtype):
+        return None
+    loop_vars = {lp.var for lp in mapped} | {lp.var for lp in kloops}
+    if any(_loop_free(lp) & loop_vars for lp in kloops):
+        return None
+    iloop, jloop = mapped[-2], mapped[-1]
+    ab = _factors(body.value, iloop.var, jloop.var)
+    if ab is None or _reads(body, acc):
+        return None
+    kvars = {lp.var for lp in kloops}
+    if _free(init.value) & kvars:
+        return None
+    for f in ab:
+        if any(isinstance(n, BufferLoad) and n.buffer in written for n in walk_expr(f)):
+            return None
+    for ext in (_const_trips((iloop,)), _const_trips((jloop,)), _const_trips(tuple(kloops))):
+        if ext is not None and ext < TILE_MIN_EXTENT:
+            return None
+    return Tiling(tuple(mapped[:-2]), iloop, jloop, acc, init, tuple(kloops), ab[0], ab[1],
+                  rest)
