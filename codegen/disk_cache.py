@@ -5,7 +5,10 @@ skips LLVM entirely (emit is cheap; optimisation and code generation are not).  
 keyed by a hex digest the caller computes; for the LLVM backend it covers the structural hash
 of the lowered program, the compile options, the llvmlite and LLVM versions and the host CPU
 name and features (:func:`tecomp.codegen.llvm.compile_function`), so a cache shared by
-machines or library versions never hands out code built for another.
+machines or library versions never hands out code built for another.  The same directory holds
+the parallel-loop runtime's object code (:func:`tecomp.codegen.llvm.jit.runtime_address`) and
+the verdicts of the bounds pass (:mod:`tecomp.codegen.proof_cache`), so that a fresh process
+that finds its kernel here runs neither LLVM nor isl.
 
 Layout: one file per key, ``<dir>/<key[:2]>/<key>.bin``, holding::
 
@@ -23,8 +26,9 @@ file is data, never code to run at load time).  Safety:
   treated as a miss and removed.
 * Write failures (read-only directory, full disk) are ignored: the cache is an optimisation.
 
-The default directory is ``$XDG_CACHE_HOME/tecomp`` (``~/.cache/tecomp`` when unset);
-:func:`set_default_cache` changes it or (``None``) turns the persistent cache off.
+The default directory is ``$XDG_CACHE_HOME/tecomp`` (``~/.cache/tecomp`` when unset), read
+when the cache is first used; :func:`set_default_cache` changes it or (``None``) turns the
+persistent cache off.
 """
 
 from __future__ import annotations

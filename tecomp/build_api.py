@@ -1,10 +1,12 @@
 """``tc.build``: lower a program and compile it into a callable :class:`Kernel`.
 
 ``build(outputs, inputs, target="llvm", name=None)`` runs the same pipeline as ``tc.lower``
-(zero elimination, simplification, lowering to loop IR), then the target's code generator.
-For ``target="llvm"`` that is :mod:`tecomp.codegen.llvm`: LLVM IR, the O3 pipeline with
-vectorisation for the host CPU, and a JIT; the compiled code is cached in memory, keyed by the
-lowered program, so building the same program twice compiles it once.
+(zero elimination, simplification, lowering to loop IR), the bounds pass, then the target's code
+generator.  For ``target="llvm"`` that is :mod:`tecomp.codegen.llvm`: LLVM IR, the O3 pipeline
+with vectorisation for the host CPU, and a JIT; the compiled code is cached in memory and on
+disk, keyed by the lowered program, so building the same program again (in this process or a
+later one) compiles it once.  A program the bounds pass proved in bounds is not proved again
+(:mod:`tecomp.codegen.proof_cache`).
 """
 
 from __future__ import annotations

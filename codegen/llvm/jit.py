@@ -8,9 +8,14 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
   and features (without them LLVM only uses SSE);
 * ``jit`` — the target machine emits an object file and an ORC LLJIT of its own links it
   against the running process (``malloc``/``free``/``pthread_create`` from libc, ``erf``...
-  from libm, which Python has loaded) and the parallel-loop runtime (:mod:`.runtime`,
-  compiled once into a process-wide JIT), and returns the function's address.  An unresolved
-  symbol is an error here, never a crash.
+  from libm, which Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, linked
+  once into a process-wide JIT), and returns the function's address.  An unresolved symbol is
+  an error here, never a crash.
+
+Object code from the persistent cache only needs the last stage (:func:`load_object`), and
+that needs no target machine: the machine (a few milliseconds to make) is made on the first
+compile, and the runtime's own object code is cached on disk like a kernel's, so a process
+whose kernels all come from the cache never runs LLVM's optimiser or code generator.
 
 Memory: each module is parsed into a fresh LLVM context (the global one keeps every type and
 constant for ever), the pass manager llvmlite leaves undisposed is disposed of, and a kernel's
