@@ -15,11 +15,37 @@ Everything here works on plain integer matrices (lists of lists of Python ints) 
 * isl conversion — :mod:`.isl_bridge` (imported on demand)
 """
 
-from .affine import Affine, Congruence
-from .integer_system import ParametricSolution, solve_integer_system, solve_parametric
-from .loops import Bound, Let, Loop, LoopNest, loop_bounds
-from .smith import hermite_normal_form, smith_normal_form
-from .system import EqualityElimination, System
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Names exported here, by module.  The modules are imported on first use of one of their names
+# (PEP 562): zero elimination needs only the affine and integer-system modules, and importing
+# the others (constraint systems, loop bounds) costs milliseconds in every fresh process.
+_EXPORTS = {
+    "Affine": "affine", "Congruence": "affine",
+    "ParametricSolution": "integer_system", "solve_integer_system": "integer_system",
+    "solve_parametric": "integer_system",
+    "Bound": "loops", "Let": "loops", "Loop": "loops", "LoopNest": "loops",
+    "loop_bounds": "loops",
+    "hermite_normal_form": "smith", "smith_normal_form": "smith",
+    "EqualityElimination": "system", "System": "system",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "Affine",
