@@ -18,7 +18,8 @@ from .. import dsl as tc
 from ..errors import DeclarationError
 from ..tensor import Tensor
 from .butterfly_factors import check_chainable, real_butterfly
-from .butterfly_fuse import best_grouping, fuse_chain
+from .butterfly_fuse import auto_grouping, best_grouping, fuse_chain
+from .butterfly_gather import bit_linear_split
 
 
 def _check_pattern(pattern: Sequence[int], who: str) -> tuple[int, int, int, int]:
@@ -63,20 +64,67 @@ def _reader(S: Tensor, b: int, d: int):
     return lambda m, n: S[m // bd, m % d, (m // d) % b, n]
 
 
+def _terms(T: Tensor, c: int, unroll: bool, read_k, i, j, l_):
+    """``sum_k T[i, j, k, l] * read_k(k)``: a ``tc.sum`` over a reduction axis, or with
+    ``unroll`` the ``c`` products written out (``k`` a constant in each)."""
+    if unroll:
+        total = T[i, j, 0, l_] * read_k(0)
+        for kk in range(1, c):
+            total = total + T[i, j, kk, l_] * read_k(kk)
+        return total
+    k = tc.reduce_axis(c, name="k")
+    return tc.sum(T[i, j, k, l_] * read_k(k), axis=k)
+
+
+def _input_reader(X: Tensor, perm, first: tuple[int, int, int, int], unroll: bool, name: str):
+    """``read(i, k, l, n) = X[perm[i·c·d + k·d + l], n]`` for the first factor applied."""
+    a, _, c, d = first
+    if perm is None:
+        return lambda i, k, l_, n: X[i * (c * d) + k * d + l_, n]
+    if not isinstance(perm, Tensor):
+        table = np.asarray(perm, dtype=np.int64)
+        if table.shape != (a * c * d,) or table.min() < 0 or table.max() >= a * c * d:
+            raise DeclarationError(f"butterfly_chain {name}: perm must hold {a * c * d} "
+                                   f"entries in [0, {a * c * d}), got shape {table.shape}")
+        split = bit_linear_split(table, a, c) if unroll and d == 1 else None
+        if split is not None:  # index arithmetic, no table (butterfly_gather)
+            return lambda i, k, l_, n: split.read(X, i, k, n)
+        perm = tc.constant(table, name=f"{name}_perm")
+    P = perm
+    return lambda i, k, l_, n: X[P[i * (c * d) + k * d + l_], n]
+
+
+def _stage_reader(S: Tensor, b: int, d: int, c2: int, d2: int):
+    """``read(i, k, l, n)`` for the factor of pattern ``(., ., c2, d2)`` that reads stage
+    ``S`` (pattern ``(., b, ., d)``, stored as ``S[i, l, j, n]``): its row
+    ``m = i·c2·d2 + k·d2 + l`` in the canonical order of ``S``."""
+    flat = _reader(S, b, d)
+    return lambda i, k, l_, n: flat(i * (c2 * d2) + k * d2 + l_, n)
+
+
 def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
                     factors: Sequence[Tensor], name: str = "butterfly",
-                    perm: Tensor | None = None) -> Tensor:
+                    perm: Tensor | np.ndarray | None = None, *, unroll: bool = False) -> Tensor:
     """``M_1 ⋯ M_L · X[perm]`` for Kronecker-sparse factors (``factors[0]`` is applied last).
 
     ``X`` has shape ``(rows, batch)`` with ``rows = a_L·c_L·d_L``; the result has shape
-    ``(a_1·b_1·d_1, batch)`` in the canonical row order.  ``perm`` (an int tensor of length
-    ``rows``, optional) gathers the input rows and is read inside the first stage.
+    ``(a_1·b_1·d_1, batch)`` in the canonical row order.  ``perm`` (optional) gathers the input
+    rows inside the first stage: an int tensor of length ``rows`` (read as a table), or a
+    NumPy int array (a constant; with ``unroll``, a bit-linear one becomes index arithmetic,
+    see :mod:`tecomp.ops.butterfly_gather`, else a constant table).
 
     Every intermediate stage of pattern ``(a, b, c, d)`` is stored as ``S[i, l, j, n]``
     (shape ``(a, d, b, batch)``) instead of the canonical ``(i, j, l)`` row order: the loops
-    then run ``i, l, j, k, n`` and the ``c`` input rows and ``b`` output rows of one ``(i, l)``
-    stay in cache, while the next stage finds its rows by index arithmetic alone (no
-    permutation is materialised).  Cost: ``sum a·b·c·d`` multiply-adds per column.
+    then run ``i, l, j, (k,) n`` and the ``c`` input rows and ``b`` output rows of one
+    ``(i, l)`` stay in cache, while the next stage finds its rows by index arithmetic alone
+    (no permutation is materialised).  Cost: ``sum a·b·c·d`` multiply-adds per column.
+
+    ``unroll`` writes each stage's ``c`` products out instead of a ``tc.sum``: the innermost
+    loop runs over the batch (unit stride) with the ``c`` factor values of one output row
+    held in registers, and each output element is stored once (the CPU schedule's register
+    blocking of sums loads and stores each output ``c/4`` times or more).  The multiplies are
+    the same; ``tc.cost`` counts one add fewer per output element (no add to a zero start).
+    Gradients work in both forms.
     """
     pats = [_check_pattern(p, f"butterfly_chain {name}") for p in patterns]
     if len(pats) != len(factors):
@@ -96,33 +144,28 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
         raise DeclarationError(f"butterfly_chain {name}: {X.name} must have shape "
                                f"({a * c * d}, batch) for the last factor {pats[-1]}")
     batch = X.shape[1]
-    if perm is None:
-        def read(m, n):
-            return X[m, n]
-    else:
-        def read(m, n):
-            return X[perm[m], n]
+    read = _input_reader(X, perm, pats[-1], unroll, name)  # read(i, k, l, n)
     for level in range(len(pats) - 1, -1, -1):
         a, b, c, d = pats[level]
-        T, k = factors[level], tc.reduce_axis(c, name="k")
-        cd, bd = c * d, b * d
+        T, bd = factors[level], b * d
         if level == 0:  # the result, in canonical row order
             return tc.compute(
                 (a * b * d, batch),
-                lambda r, n, T=T, read=read, k=k, b=b, d=d, cd=cd, bd=bd: tc.sum(
-                    T[r // bd, (r // d) % b, k, r % d] * read((r // bd) * cd + k * d + r % d, n),
-                    axis=k),
+                lambda r, n, T=T, read=read, b=b, c=c, d=d, bd=bd: _terms(
+                    T, c, unroll, lambda k: read(r // bd, k, r % d, n),
+                    r // bd, (r // d) % b, r % d),
                 name=name if len(pats) == 1 else f"{name}1", tag="kron_sparse")
         S = tc.compute(
             (a, d, b, batch),
-            lambda i, l_, j, n, T=T, read=read, k=k, d=d, cd=cd: tc.sum(
-                T[i, j, k, l_] * read(i * cd + k * d + l_, n), axis=k),
+            lambda i, l_, j, n, T=T, read=read, c=c: _terms(
+                T, c, unroll, lambda k: read(i, k, l_, n), i, j, l_),
             name=f"{name}{level + 1}", tag="kron_sparse")
-        read = _reader(S, b, d)
+        read = _stage_reader(S, b, d, pats[level - 1][2], pats[level - 1][3])
     raise AssertionError("unreachable")
 
 
-def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *, fuse: int = 1) -> Tensor:
+def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
+        fuse: int | str = "auto") -> Tensor:
     """The orthonormal DCT-II / DST-II / DHT of ``X`` (shape ``(n, batch)``) along axis 0.
 
     Matches ``scipy.fft.dct(x, type=2, norm="ortho", axis=0)`` (``dst`` for ``"dst2"``; the
@@ -132,9 +175,15 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *, fuse: int = 1
     multiply-adds per column).  ``fuse=g > 1`` first multiplies up to ``g`` adjacent factors
     into one (:mod:`tecomp.ops.butterfly_fuse`): fewer passes over the batch; ``g = 2`` also
     needs fewer multiply-adds (``8·n·(L-1) - 8·n`` for ``L >= 4``: the end pairs shrink).
+    ``fuse="auto"`` (the default) picks the grouping with
+    :func:`~tecomp.ops.butterfly_fuse.auto_grouping`.
+
+    The factors are constants: each stage is written with its products unrolled and the input
+    permutation as index arithmetic (``butterfly_chain(..., unroll=True)``).
     """
-    if isinstance(fuse, bool) or not isinstance(fuse, int) or fuse < 1:
-        raise DeclarationError(f"dct of {X.name}: fuse must be an int >= 1, got {fuse!r}")
+    if fuse != "auto" and (isinstance(fuse, bool) or not isinstance(fuse, int) or fuse < 1):
+        raise DeclarationError(f"dct of {X.name}: fuse must be \"auto\" or an int >= 1, got "
+                               f"{fuse!r}")
     if X.ndim != 2 or not hasattr(X.shape[0], "value"):
         raise DeclarationError(f"dct: {X.name} must be 2-D (n, batch) with a constant n")
     if X.dtype not in ("float16", "float32", "float64"):
@@ -144,13 +193,15 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *, fuse: int = 1
         perm, patterns, factors, out_perm = real_butterfly(n, kind)
     except ValueError as err:
         raise DeclarationError(f"dct of {X.name}: {err}") from None
-    if fuse > 1:
+    if fuse == "auto":
+        patterns, factors = fuse_chain(patterns, factors, auto_grouping(patterns))
+    elif fuse > 1:
         patterns, factors = fuse_chain(patterns, factors, best_grouping(patterns, fuse))
     name = name or kind
-    P = tc.constant(np.asarray(perm, dtype=np.int64), name=f"{name}_perm")
     Ts = [tc.constant(np.asarray(f, dtype=np.float64).astype(X.dtype), name=f"{name}_T{i + 1}")
           for i, f in enumerate(factors)]
-    Y = butterfly_chain(X, patterns, Ts, name=f"{name}_M", perm=P)
+    Y = butterfly_chain(X, patterns, Ts, name=f"{name}_M", perm=np.asarray(perm, np.int64),
+                        unroll=True)
     if out_perm is not None:
         Q = tc.constant(np.asarray(out_perm, dtype=np.int64), name=f"{name}_outperm")
         Y = tc.compute(Y.shape, lambda m, b: Y[Q[m], b], name=f"{name}_out")

@@ -41,7 +41,7 @@ import numpy as np
 
 from .butterfly_factors import Pattern, butterfly_cost, check_chainable
 
-__all__ = ["best_grouping", "fuse_chain", "fuse_factors", "fused_pattern"]
+__all__ = ["auto_grouping", "best_grouping", "fuse_chain", "fuse_factors", "fused_pattern"]
 
 
 def fused_pattern(p: Sequence[int], q: Sequence[int]) -> Pattern:
@@ -132,3 +132,14 @@ def best_grouping(patterns: Sequence[Sequence[int]], max_group: int = 2) -> list
                 best[end] = cand
     assert best[L] is not None
     return best[L][2]
+
+
+def auto_grouping(patterns: Sequence[Sequence[int]]) -> list[int]:
+    """The grouping ``dct`` uses by default: adjacent pairs (``best_grouping(patterns, 2)``).
+
+    Measured with unrolled stages (one thread, batch 128, float64; see
+    ``benchmarks/bench_butterfly.py``), pairs were the fastest or within noise of the fastest
+    for ``n`` from 256 to 4096 among the groupings into factors of at most 16 columns per
+    block.
+    """
+    return best_grouping(patterns, 2)

@@ -37,6 +37,7 @@ def _built(n, kind, batch, fuse=1, dtype="float64"):
 @pytest.mark.parametrize("kind,n,fuse", [
     ("dct2", 16384, 1), ("dst2", 1024, 2), ("dht", 4096, 3),
     ("dct2", 2, 1), ("dst2", 4, 1), ("dht", 8, 2), ("dct2", 32, 2), ("dst2", 64, 3),
+    ("dct2", 4096, "auto"), ("dst2", 512, "auto"), ("dht", 2048, "auto"), ("dct2", 2, "auto"),
 ])
 def test_dct_kernels_match_scipy(rng, kind, n, fuse):
     x = rng.standard_normal((n, 3))
@@ -56,14 +57,21 @@ def test_dct_evaluator_agrees(rng, kind):
 def test_chain_cost_is_exact(n):
     L = n.bit_length() - 1
     X = tc.placeholder((n, 128), name="X", dtype="float64")
-    Y = tc.ops.dct(X)
-    cost = tc.cost([Y], [X])
-    assert cost.flops == 2 * 8 * n * (L - 1) * 128  # one multiply-add = 2 flops
-    assert cost.iterations == 8 * n * (L - 1) * 128
-    _, patterns, factors, _ = real_butterfly(n, "dct2")
+    perm, patterns, factors, _ = real_butterfly(n, "dct2")
+    Ts = [tc.constant(f, name=f"T{i}") for i, f in enumerate(factors)]
+    # as a chain of sums: 8 n (L-1) multiply-adds per column, one loop iteration each
+    chain = tc.cost([tc.ops.butterfly_chain(X, patterns, Ts, perm=perm)], [X])
+    assert chain.flops == 2 * 8 * n * (L - 1) * 128  # one multiply-add = 2 flops
+    assert chain.iterations == 8 * n * (L - 1) * 128
+    # dct writes the products out: the same multiplies, one add fewer per output element
+    cost = tc.cost([tc.ops.dct(X, fuse=1)], [X])
+    outputs = sum(a * b * d for a, b, _, d in patterns)
+    assert cost.flops == (2 * 8 * n * (L - 1) - outputs) * 128
+    assert cost.iterations == outputs * 128
     fp, _ = fuse_chain(patterns, factors, best_grouping(patterns, 2))
     fused = tc.cost([tc.ops.dct(X, fuse=2)], [X])
-    assert fused.flops == 2 * butterfly_cost(fp) * 128 < cost.flops
+    fused_outputs = sum(a * b * d for a, b, _, d in fp)
+    assert fused.flops == (2 * butterfly_cost(fp) - fused_outputs) * 128 < cost.flops
 
 
 def test_fusion_products(rng):

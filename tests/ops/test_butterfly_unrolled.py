@@ -1,0 +1,137 @@
+"""Unrolled butterfly stages, the input gather as index arithmetic, and the default fusion."""
+
+import numpy as np
+import pytest
+import scipy.fft as sfft
+from gradcheck import check_gradient
+
+import tecomp as tc
+from tecomp.ops.butterfly_factors import (
+    kron_sparse_dense,
+    monarch_patterns,
+    real_butterfly,
+    square_dyadic_patterns,
+)
+from tecomp.ops.butterfly_fuse import auto_grouping, best_grouping, fuse_chain
+from tecomp.ops.butterfly_gather import bit_linear_split
+
+F64 = "float64"
+
+
+def test_bit_linear_split_worked_example():
+    perm, patterns, _, _ = real_butterfly(16, "dct2")
+    assert list(perm) == [0, 15, 8, 7, 4, 11, 12, 3, 2, 13, 10, 5, 6, 9, 14, 1]
+    split = bit_linear_split(perm, 8, 2)
+    assert (split.base, split.scale, split.weights) == ((0, 15), (2, -2), (4, 2, 1))
+
+
+@pytest.mark.parametrize("kind", ["dct2", "dst2", "dht"])
+@pytest.mark.parametrize("n", [2, 4, 8, 64, 1024])
+def test_bit_linear_split_reproduces_every_chain_gather(kind, n):
+    perm = real_butterfly(n, kind)[0]
+    for c in (2, 4, 8, 16):
+        if c > n:
+            continue
+        a = n // c
+        split = bit_linear_split(perm, a, c)
+        assert split is not None
+        i = np.arange(a)
+        q = sum((((i >> t) & 1) * w for t, w in enumerate(split.weights)), np.zeros(a, int))
+        got = np.asarray(split.base)[None, :] + q[:, None] * np.asarray(split.scale)[None, :]
+        np.testing.assert_array_equal(got.reshape(-1), perm)
+
+
+def test_bit_linear_split_rejects_other_permutations():
+    assert bit_linear_split(np.array([1, 0, 2, 3, 7, 4, 6, 5]), 4, 2) is None
+    assert bit_linear_split(np.arange(12), 3, 4) is None  # a not a power of two
+    assert bit_linear_split(np.arange(8), 4, 4) is None  # wrong length
+
+
+def _reference(factors, x, perm=None):
+    y = x if perm is None else x[perm]
+    for t in reversed(factors):
+        y = kron_sparse_dense(t) @ y
+    return y
+
+
+@pytest.mark.parametrize("patterns", [square_dyadic_patterns(16), monarch_patterns(12, 12, 3, 4),
+                                      [(1, 3, 5, 1)], [(2, 3, 4, 5)]],
+                         ids=["dyadic16", "monarch12", "single1351", "single2345"])
+@pytest.mark.parametrize("perm_form", ["none", "tensor", "array"])
+def test_unrolled_chain_matches_numpy_and_gradients(rng, patterns, perm_form):
+    Ts = [tc.placeholder(p, name=f"T{i}", dtype=F64) for i, p in enumerate(patterns)]
+    a, _, c, d = patterns[-1]
+    rows = a * c * d
+    X = tc.placeholder((rows, 4), name="X", dtype=F64)
+    p = rng.permutation(rows)
+    perm = {"none": None, "tensor": tc.constant(p, name="P"), "array": p}[perm_form]
+    Y = tc.ops.butterfly_chain(X, patterns, Ts, perm=perm, unroll=True)
+    ts = [rng.standard_normal(q) for q in patterns]
+    x = rng.standard_normal((rows, 4))
+    ref = _reference(ts, x, None if perm is None else p)
+    np.testing.assert_allclose(tc.build(Y, [X, *Ts])(x, *ts), ref, rtol=1e-11, atol=1e-12)
+    (ev,) = tc.evaluate([Y], {X: x, **dict(zip(Ts, ts))})
+    np.testing.assert_allclose(ev, ref, rtol=1e-11, atol=1e-12)
+    check_gradient(Y, Ts + [X], {X: x, **dict(zip(Ts, ts))}, optimize=True,
+                   head=rng.standard_normal(ref.shape))
+
+
+@pytest.mark.parametrize("kind", ["dct2", "dst2", "dht"])
+def test_bit_linear_gather_reads_no_table(rng, kind):
+    n = 64
+    X = tc.placeholder((n, 3), name="X", dtype=F64)
+    perm, patterns, factors, _ = real_butterfly(n, kind)
+    Ts = [tc.constant(f, name=f"T{i}") for i, f in enumerate(factors)]
+    fast = tc.ops.butterfly_chain(X, patterns, Ts, name="fast", perm=perm, unroll=True)
+    table = tc.ops.butterfly_chain(X, patterns, Ts, name="table", perm=perm)
+    assert [b.dtype for b in tc.lower(fast, [X]).func.inputs if b.dtype == "int64"] == []
+    assert "int64" in [b.dtype for b in tc.lower(table, [X]).func.inputs]
+    x = rng.standard_normal((n, 3))
+    np.testing.assert_allclose(tc.build(fast, [X])(x), tc.build(table, [X])(x),
+                               rtol=1e-12, atol=1e-13)
+
+
+def test_unsplittable_array_perm_falls_back_to_a_table(rng):
+    patterns = square_dyadic_patterns(8)
+    ts = [rng.standard_normal(p) for p in patterns]
+    Ts = [tc.constant(t, name=f"T{i}") for i, t in enumerate(ts)]
+    X = tc.placeholder((8, 2), name="X", dtype=F64)
+    p = np.array([1, 0, 2, 3, 7, 4, 6, 5])
+    Y = tc.ops.butterfly_chain(X, patterns, Ts, perm=p, unroll=True)
+    x = rng.standard_normal((8, 2))
+    np.testing.assert_allclose(tc.build(Y, [X])(x), _reference(ts, x, p), rtol=1e-12,
+                               atol=1e-13)
+    with pytest.raises(tc.TecompError, match="perm must hold 8"):
+        tc.ops.butterfly_chain(X, patterns, Ts, perm=np.arange(7), unroll=True)
+    with pytest.raises(tc.TecompError, match="perm must hold 8"):
+        tc.ops.butterfly_chain(X, patterns, Ts, perm=np.arange(8) + 1)
+
+
+def test_unrolled_stages_keep_their_buffers():
+    # no stage is inlined into its consumer (that would recompute it c times)
+    n = 1024
+    X = tc.placeholder((n, 8), name="X", dtype=F64)
+    _, patterns, factors, _ = real_butterfly(n, "dct2")
+    fp, _ = fuse_chain(patterns, factors, auto_grouping(patterns))
+    cost = tc.cost([tc.ops.dct(X)], [X])
+    assert cost.iterations == sum(a * b * d for a, b, _, d in fp) * 8
+
+
+def test_auto_grouping_and_dct_default(rng):
+    _, patterns, _, _ = real_butterfly(256, "dct2")
+    assert auto_grouping(patterns) == best_grouping(patterns, 2) == [2, 2, 2, 2]
+    x = rng.standard_normal((256, 5))
+    X = tc.placeholder((256, 5), name="X", dtype=F64)
+    y = tc.build(tc.ops.dct(X), [X])(x)
+    assert np.max(np.abs(y - sfft.dct(x, 2, norm="ortho", axis=0))) <= 1e-12
+    with pytest.raises(tc.TecompError, match="auto"):
+        tc.ops.dct(X, fuse="best")
+
+
+@pytest.mark.parametrize("kind", ["dct2", "dst2"])
+def test_dct_gradient_with_respect_to_input(rng, kind):
+    n = 16
+    X = tc.placeholder((n, 3), name="X", dtype=F64)
+    Y = tc.ops.dct(X, kind)
+    x = rng.standard_normal((n, 3))
+    check_gradient(Y, [X], {X: x}, optimize=True, head=rng.standard_normal((n, 3)))
