@@ -11,7 +11,9 @@ gradients of most of them) it
    PyTorch with CUDA is installed, the same computation in PyTorch (forward, or
    ``torch.autograd.grad`` for gradients);
 
-then prints one table.  It exits with 1 on any mismatch, and with 2 (after printing why)
+then prints one table (column ``sched``: one letter per kernel, ``T`` shared-memory tiles,
+``B`` a block per output, ``P`` per-block combined accumulators and atomics, ``S`` serial,
+``g`` a thread per element).  It exits with 1 on any mismatch, and with 2 (after printing why)
 when no CUDA device can be used; needs only ``pip install -e .[cuda]`` (PyTorch optional).
 
     python benchmarks/gpu.py              # the whole suite
@@ -223,6 +225,16 @@ def check(case: Case, kernel: Any, args: list[Any], got: Any) -> float:
     return worst
 
 
+def schedules(kernel: Any) -> str:
+    """One letter per kernel: T shared-memory tiles, B a block per output (shuffle reduction),
+    P per-block combined accumulators + atomics, S serial, g thread per element."""
+    out = ""
+    for st in kernel.program.stages:
+        out += ("T" if st.tiling else "B" if st.block_reduce else "P" if st.private
+                else "S" if st.serial else "g")
+    return out
+
+
 def _median_ms(fn: Callable[[], Any], sync: Callable[[], Any], repeat: int) -> float:
     for _ in range(3):
         fn()
@@ -301,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     rows = []
     failed = 0
-    head = f"{'case':20s} {'kind':9s} {'kernels':>7s} {'err/tol':>8s} {'ok':>4s} " \
+    head = f"{'case':20s} {'kind':9s} {'sched':>9s} {'err/tol':>8s} {'ok':>4s} " \
            f"{'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} {'build s':>7s}"
     print(head)
     print("-" * len(head))
@@ -319,12 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         failed += not ok
         ratio = f"{ms / tms:6.2f}" if tms else "     -"
         tstr = f"{tms:9.3f}" if tms else "        -"
-        print(f"{case.name:20s} {case.kind:9s} {len(kernel.kernel_names):7d} {err:8.3f} "
+        print(f"{case.name:20s} {case.kind:9s} {schedules(kernel):>9s} {err:8.3f} "
               f"{'yes' if ok else 'NO':>4s} {ms:10.3f} {tstr} {ratio} {build_s:7.2f}",
               flush=True)
         rows.append({"case": case.name, "kind": case.kind, "err_over_tol": err, "ok": ok,
                      "tecomp_ms": ms, "torch_ms": tms, "kernels": len(kernel.kernel_names),
-                     "build_s": build_s})
+                     "schedules": schedules(kernel), "build_s": build_s})
     ratios = [r["tecomp_ms"] / r["torch_ms"] for r in rows if r["torch_ms"] and r["ok"]]
     if ratios:
         print(f"\ngeometric mean tecomp/torch time: {float(np.exp(np.mean(np.log(ratios)))):.2f}"

@@ -2,8 +2,10 @@
 CUDA driver API.
 
 * :mod:`.schedule` — stages to kernels, loops to the grid, atomics (:mod:`.reorder` first
-  undoes the CPU's loop order of sums);
-* :mod:`.render` — the CUDA subclass of the C-style renderer (:mod:`tecomp.codegen.cstyle`);
+  undoes the CPU's loop order of sums); :mod:`.blocks` — block reductions (warp shuffles,
+  shared memory) and shared-memory tiling of contractions, where a static rule says they pay;
+* :mod:`.render` — the CUDA subclass of the C-style renderer (:mod:`tecomp.codegen.cstyle`),
+  with :mod:`.render_blocks` for the block-level schedules;
 * :mod:`.compile` — NVRTC / nvcc to a cubin, cached;
 * :mod:`.runtime` — device memory, modules and launches through ``cuda.bindings.driver``;
 * :mod:`.kernel` — :class:`CudaKernel`, what ``tc.build(..., target="cuda")`` returns.

@@ -3,6 +3,8 @@ tests against the same references, and device arrays of PyTorch / CuPy used in p
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,28 @@ def test_suite_on_gpu():
         args = case.args(np.random.default_rng(7))
         got = t.KERNELS[name](*args)
         assert t.BENCH.check(case, t.KERNELS[name], args, got) <= 1.0, name
+
+
+@pytest.mark.parametrize("module", ["test_cuda_block_reduce", "test_cuda_tiling"])
+def test_block_schedules_on_gpu(module):
+    """Block reductions and tiled contractions (256-thread blocks, real shuffles and
+    barriers) against the evaluator."""
+    t = importlib.import_module(module)
+    for name, p in t.PROGS.items():
+        args = p.args(np.random.default_rng(3))
+        t.assert_matches(p, args, t.KERNELS[name](*args))
+
+
+@pytest.mark.parametrize("rows", [1, 1000, 70001])
+def test_tiled_and_block_reduced_sizes_on_gpu(rows):
+    import test_cuda_block_reduce as b
+    import test_cuda_tiling as t
+
+    r = np.random.default_rng(rows)
+    a, w = r.standard_normal((rows, 40), np.float32), r.standard_normal((40, 37), np.float32)
+    np.testing.assert_allclose(t.KERNELS["matmul_ragged"](a, w), a @ w, rtol=1e-4, atol=1e-4)
+    x = r.standard_normal((4, rows * 3), np.float32)
+    np.testing.assert_array_equal(b.KERNELS["symbolic_length"](x), x.min(axis=1))
 
 
 def test_device_array_round_trip():
