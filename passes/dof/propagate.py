@@ -18,22 +18,26 @@ tangents of the forward *and* of the reverse graph) that is about half for a den
 MLP layers (seed eqs. 20-23).  Node by node, a layer ``T = f(z)``, ``z = sum_n W[j, n] u[b, n]
 + c[j]``, is linear in ``z`` (no Gram term) and unary in ``f``: its second-order term is
 ``f''(z) Q(g_z, g_z)``, r flops per unit instead of the r |R| of a layer-level Hessian -- the
-saving of eq. 23.  ``g_z`` is used twice (in ``g_T = f'(z) g_z`` and in ``Q``), so it is
-stored as a stage of its own (:meth:`DofContext.operands`) whose body is a plain sum: that
-is the form the CPU lowering runs in the unit-stride ``i, k, j`` order (the rank axis
-innermost, contiguous), and it is where almost all of DOF's time goes (``B W_in W_out r``
-multiply-adds per layer).  Eq. 23 as written, ``f''/f'^2 (z) Q(g_T, g_T)``, would save the
-``g_z`` buffer but make the tangent stage a scaled sum ``f'(z) * sum(...)``, which the
-lowering keeps in the strided ``i, j, k`` order: 15x slower on a width-256 MLP.
+saving of eq. 23.  Almost all of DOF's time goes into the tangent contraction ``g_z = sum_n
+W[j, n] g_u[b, n, k]`` (``B W_in W_out r`` multiply-adds per layer).
 
-Blocked rank axis.  A tangent stage of a layer loops ``for b, j: for n: for k`` with the rank
-axis ``k`` innermost; each ``j`` streams the whole per-sample tangent ``g[b, :, :]`` of the
-layer below (``W_in * r`` values).  For a large rank (``r > BLOCK_OVER``; the N=1000 Laplacian)
-that no longer fits in the L2 cache, so the rank axis is split into two direction axes
-``k = kb * block + ki`` (``block`` about ``BLOCK``, the last block padded with zero directions)
-and tangent stages are laid out ``(b, kb, j, ki)`` (:meth:`DofContext.arrange`): the loops run
-block by block over a ``W_in * block`` slab.  On the N=1000, width-256 MLP this halves the
-time (580 -> 315 ms, same run).
+Tangent layout.  A tangent stage keeps its direction axis right before its last primal axis
+(:meth:`DofContext.arrange`): ``g_T[b, k, j]``, not ``g_T[b, j, k]``.  The contraction over the
+width ``n`` then reads ``W[j, n]`` and ``g_u[b, k, n]`` both at unit stride in ``n``; it is
+lowered in the plain (dot-product) order and register-blocked over ``(k, j)`` pairs by the CPU
+schedule, and a factor outside the sum (``f'(z) * sum(...)``) is applied once per element
+after the dot product.  (With the rank axis last, that scaled sum ran strided, 2.5x slower
+than the plain sum on the width-256 MLP.)  The width-last layout also needs no blocking of the
+rank axis for large ranks: each dot product streams one ``W_in``-row of ``g_u``.
+
+Scaled layers (seed eq. 23 proper).  For ``f`` in :data:`~.rules.UNARY_D2_RATIO` (tanh,
+sigmoid, exp, erf: ``f' = 0`` only where ``f'' = 0``), a per-sample ``g_z``, and a layer that
+some stage other than the output reads (:attr:`DofContext.g_read_on`), the rule of
+:mod:`.rules` stores ``g_T = f'(z) * sum(...)`` as one stage and forms the second-order term
+as ``(f''/f') Q(g_T, g_T) / f'``: no ``g_z`` buffer and no element-wise pass ``f'(z) g_z``
+over a ``(B, r, W)`` tensor per layer (a depth-4, width-256 MLP with N = 100 keeps four such
+tensors instead of six).  The last layer before a linear read-out keeps the plain form: its
+``g_T`` is needed by nobody, ``Q(g_z, g_z)`` is.
 
 Batch-invariant work.  In a first layer ``g_z = sum_n W[j, n] L[k, n]`` does not depend on the
 sample: it is one ``(width, r)`` stage and ``Q(g_z, g_z)`` one ``(width,)`` stage
@@ -48,7 +52,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import make_reduce, substitute, topo_order
+from tecomp.functor import consumers, make_reduce, substitute, topo_order
 from tecomp.tensor import ComputeOp, Tensor
 
 from ..forward.context import (
@@ -63,52 +67,57 @@ from .batch import batch_positions
 from .decompose import Decomposition, seed_tangent
 from .rules import Pair, pair_rule
 
-#: rank axes longer than this are blocked (see "Blocked rank axis" above)
-BLOCK_OVER = 192
-#: the target length of one block of the rank axis
-BLOCK = 128
-
 
 @dataclass(frozen=True)
 class RankLayout:
-    """The direction axes of DOF: ``(kr,)``, or ``(kb, ki)`` with ``k = kb * block + ki`` when
-    the rank axis is blocked (``block`` is then the extent of ``ki``; ``rank <= kb * ki``, the
-    padding directions have zero tangents)."""
+    """The direction axis ``kr`` of DOF (extent ``rank``; the first ``positives`` rows of
+    ``L`` have the sign +1, the rest -1)."""
 
     dirs: tuple[E.IterVar, ...]
-    block: int | None
     rank: int
     positives: int
 
     @staticmethod
     def make(dec: Decomposition, names: Names) -> RankLayout:
-        r = dec.rank
-        if r <= BLOCK_OVER:
-            return RankLayout((names.axis("kr", r),), None, r, dec.positives)
-        nblocks = -(-r // BLOCK)
-        block = -(-r // nblocks)
-        return RankLayout((names.axis("kb", nblocks), names.axis("ki", block)), block, r,
-                          dec.positives)
+        return RankLayout((names.axis("kr", dec.rank),), dec.rank, dec.positives)
 
 
 class DofContext(StageContext):
     """Per-stage state of DOF: ``(g, s)`` of sub-expressions and the Gram form ``Q``."""
 
     def __init__(self, primal: Tensor, gmap: dict[int, TangentTensor | ExprTangent],
-                 smap: dict[int, TangentTensor], layout: RankLayout, names: Names) -> None:
+                 smap: dict[int, TangentTensor], layout: RankLayout, names: Names,
+                 g_read_on: bool = True) -> None:
         super().__init__(primal, gmap, layout.dirs, names)
         self.smap = smap
         self.layout = layout
+        #: whether a stage other than the output reads this one (so that its own tangent
+        #: is needed downstream, not only in its Gram term; see "Scaled layers" above)
+        self.g_read_on = g_read_on
         self._pairs: dict[tuple[E.Expr, frozenset], Pair] = {}
 
     def arrange(self, axes: list[E.IterVar]) -> list[E.IterVar]:
-        """With a blocked rank axis, the block axis ``kb`` goes right after the first primal
-        axis (the batch): each block of a tangent is then a contiguous slab."""
-        if self.layout.block is None or self.dirs[0] not in axes:
-            return axes
-        rest = [a for a in axes if a is not self.dirs[0]]
-        at = 1 if rest and rest[0] not in self.dirs else 0
-        return rest[:at] + [self.dirs[0]] + rest[at:]
+        """The direction axes go right before the last primal axis when a stage keeps two
+        primal axes or more (``(b, j, k)`` is laid out ``(b, k, j)``; see "Tangent layout"
+        above), else last."""
+        dirs = [a for a in axes if any(a is d for d in self.dirs)]
+        prim = [a for a in axes if not any(a is d for d in self.dirs)]
+        if not dirs or len(prim) < 2:
+            return prim + dirs
+        return prim[:-1] + dirs + prim[-1:]
+
+    def stored(self, g: E.Expr) -> TangentTensor | None:
+        """``g`` as a stored tangent when it is a read of a stage at bare, distinct axis
+        variables of this stage's tangent (a stage a rule built, or a tangent copied as it
+        is): reused as it is instead of copied into a new stage."""
+        if (not isinstance(g, E.TensorRead) or not isinstance(g.tensor.op, ComputeOp)
+                or g.dtype != self.primal.dtype):
+            return None
+        pos = {a.var: p for p, a in enumerate(list(self.axes) + list(self.dirs))}
+        keep = tuple(pos.get(i, -1) if isinstance(i, E.Var) else -1 for i in g.indices)
+        if -1 in keep or len(set(keep)) != len(keep):
+            return None
+        return TangentTensor(g.tensor, keep)
 
     def s_read(self, r: E.TensorRead) -> E.Expr:
         tt = self.smap.get(id(r.tensor))
@@ -147,31 +156,18 @@ class DofContext(StageContext):
         if isinstance(ga, E.Zero) or isinstance(gb, E.Zero):
             return E.Zero(ga.dtype if isinstance(ga, E.Zero) else gb.dtype)
         lay = self.layout
-        if lay.block is None:
-            ranges = [((lo, hi), neg) for lo, hi, neg in
-                      ((0, lay.positives, False), (lay.positives, lay.rank, True)) if hi > lo]
-            out: E.Expr = E.Zero(ga.dtype)
-            for (lo, hi), neg in ranges:
-                kq = self.names.axis("kq", hi - lo, lo, "reduce")
-                term = self._gram(ga, gb, (kq,), None)
+        out: E.Expr = E.Zero(ga.dtype)
+        for lo, hi, neg in ((0, lay.positives, False), (lay.positives, lay.rank, True)):
+            if hi > lo:
+                term = self._gram(ga, gb, self.names.axis("kq", hi - lo, lo, "reduce"))
                 out = E.sub(out, term) if neg else E.add(out, term)
-            return out
-        kb, ki = self.dirs
-        qb = self.names.axis("kqb", kb.extent, kind="reduce")
-        qi = self.names.axis("kqi", ki.extent, kind="reduce")
-        if lay.positives == lay.rank:                   # no negative direction
-            return self._gram(ga, gb, (qb, qi), None)
-        flat = E.add(E.mul(qb.var, lay.block), qi.var)
-        pos = self._gram(ga, gb, (qb, qi), E.compare(E.LT, flat, lay.positives))
-        neg = self._gram(ga, gb, (qb, qi), E.compare(E.GE, flat, lay.positives))
-        return E.sub(pos, neg)
+        return out
 
-    def _gram(self, ga: E.Expr, gb: E.Expr, axes: tuple[E.IterVar, ...],
-              where: E.Expr | None) -> E.Expr:
-        m = {d.var: a.var for d, a in zip(self.dirs, axes)}
+    def _gram(self, ga: E.Expr, gb: E.Expr, kq: E.IterVar) -> E.Expr:
+        m = {self.dirs[0].var: kq.var}
         a = substitute(ga, m)
         b = a if gb == ga else substitute(gb, m)
-        return make_reduce("sum", E.mul(a, b), axes, where)
+        return make_reduce("sum", E.mul(a, b), (kq,), None)
 
 
 def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "diff_operator",
@@ -184,16 +180,19 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
     names = Names([output])
     layout = RankLayout.make(dec, names)
     gmap: dict[int, TangentTensor | ExprTangent] = {
-        id(x): seed_tangent(dec, x, names, layout.block)}
+        id(x): seed_tangent(dec, x, names)}
     smap: dict[int, TangentTensor] = {}
-    for t in topo_order([output]):
+    order = topo_order([output])
+    readers = consumers(order)
+    for t in order:
         if t is x or not isinstance(t.op, ComputeOp):
             continue
-        ctx = DofContext(t, gmap, smap, layout, names)
+        ctx = DofContext(t, gmap, smap, layout, names,
+                         any(r is not output for r in readers.get(id(t), ())))
         g, s = ctx.pair(t.op.body)
         if not isinstance(g, E.Zero):
             g = ctx.hoist_invariant(g, f"g_{t.name}_inv")
-            gmap[id(t)] = ctx.tangent_stage(g, f"g_{t.name}")
+            gmap[id(t)] = ctx.stored(g) or ctx.tangent_stage(g, f"g_{t.name}")
         if not isinstance(s, E.Zero):
             s = ctx.hoist_invariant(s, f"s_{t.name}_inv")
             smap[id(t)] = ctx.tangent_stage(s, f"s_{t.name}", full=t is output,

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Callable
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
-from tecomp.functor import make_reduce
+from tecomp.functor import free_vars, make_reduce
 
-from ..forward.context import select
+from ..forward.context import contains_reduce, select
 from ..forward.reductions import at_first
 from ..forward.rules import UNARY_D1, pow_partials, sign
 from .product import product_pair
@@ -46,6 +46,19 @@ UNARY_D2: dict[str, Callable[[E.Expr, E.Expr, E.Expr], E.Expr]] = {
     "cos": lambda u, y, f1: E.neg(y),                           # cos -> -cos
     "erf": lambda u, y, f1: E.mul(E.mul(-2.0, u), f1),          # erf -> -2u erf'
 }
+
+# name: (u, y, f') -> f''(u) / f'(u), for the f with f' = 0 only where f'' = 0 as well
+UNARY_D2_RATIO: dict[str, Callable[[E.Expr, E.Expr, E.Expr], E.Expr]] = {
+    "exp": lambda u, y, f1: E.Const(1.0, y.dtype),
+    "tanh": lambda u, y, f1: E.mul(-2.0, y),
+    "sigmoid": lambda u, y, f1: E.sub(1.0, E.mul(2.0, y)),
+    "erf": lambda u, y, f1: E.mul(-2.0, u),
+}
+
+#: the smallest positive normal number of each float type
+_TINY = {"float64": 2.2250738585072014e-308, "float32": 1.1754943508222875e-38,
+         "bfloat16": 1.1754943508222875e-38, "float16": 6.103515625e-05}
+
 
 def _zeros(e: E.Expr) -> Pair:
     z = E.Zero(e.dtype)
@@ -157,19 +170,51 @@ def _call(e: E.Call, c: DofContext, b: frozenset) -> Pair:
         return _pow(e, c, b)
     if e.name in ("floor", "ceil"):
         return _zeros(e)                                        # piecewise constant
-    ((gu, su),) = c.operands(e.args, b)
-    u = c.operand_value(e.args[0], b)
+    gu, su = c.pair(e.args[0], b)
     if isinstance(gu, E.Zero) and isinstance(su, E.Zero):
         return _zeros(e)
-    if e.name == "abs":                                         # abs'' = 0 a.e.
-        sg = sign(u)
-        return E.mul(sg, gu), E.mul(sg, su)
-    if e.name not in UNARY_D1:
+    u = c.operand_value(e.args[0], b)
+    if e.name not in UNARY_D1 and e.name != "abs":
         raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
     y = c.value(e)
-    f1 = UNARY_D1[e.name](u, y)
+    f1 = UNARY_D1[e.name](u, y) if e.name != "abs" else sign(u)
+    scaled = _scaled_layer(e, c, b, u, y, f1, gu, su)
+    if scaled is not None:
+        return scaled
+    ((gu, su),) = c.operands(e.args, b)
+    if e.name == "abs":                                         # abs'' = 0 a.e.
+        return E.mul(f1, gu), E.mul(f1, su)
     f2 = UNARY_D2[e.name](u, y, f1)
     return E.mul(f1, gu), E.add(E.mul(f1, su), E.mul(f2, c.q(gu, gu)))
+
+
+def _scaled_layer(e: E.Call, c: DofContext, b: frozenset, u: E.Expr, y: E.Expr, f1: E.Expr,
+                  gu: E.Expr, su: E.Expr) -> Pair | None:
+    """Seed eq. 23 for a layer ``f(z)`` whose ``g_z`` is a per-sample contraction: the
+    tangent ``g = f'(z) g_z`` is one stage (the scaled contraction, no ``g_z`` buffer) and
+    the second-order term is ``f''/f'^2 Q(g, g) = (f''/f') Q(g, g) / f'``.
+
+    Only for the ``f`` of :data:`UNARY_D2_RATIO` (``f' = 0`` implies ``f'' = 0``) and when
+    ``g_z`` uses every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper,
+    batch-invariant Gram of a first layer).  Where ``f'^2`` is below the smallest normal
+    number the term is taken as 0: it is then ``f''/f' * f' Q(g_z, g_z)`` with ``|f'| <
+    1e-154`` in float64 (``tanh'`` is exactly 0 or above 1e-16 there)."""
+    ratio = UNARY_D2_RATIO.get(e.name)
+    if ratio is None or e.dtype not in _TINY or not c.g_read_on or not contains_reduce(gu):
+        return None
+    axis_vars = {a.var for a in c.axes}
+    used = free_vars(gu)
+    if used & b or not (free_vars(f1) & axis_vars) <= used:
+        return None
+    name = f"g_{c.primal.name}" if e is c.body else f"g_{c.primal.name}_call"
+    g = c.hoist(E.mul(f1, gu), b, name)
+    if not isinstance(g, E.TensorRead):
+        return None
+    dt = e.dtype
+    gram = c.hoist(c.q(g, g), b, f"q_{c.primal.name}")
+    term = E.div(E.mul(ratio(u, y, f1), gram), f1)
+    big = E.compare(E.GT, E.mul(f1, f1), E.Const(_TINY[dt], dt))
+    return g, E.add(E.mul(f1, su), E.select(big, term, E.Const(0.0, dt)))
 
 
 def _reduce(e: E.Reduce, c: DofContext, b: frozenset) -> Pair:
