@@ -25,20 +25,26 @@ Reductions into thread-invariant destinations (a sum into a scalar; ``Stage.priv
 their grid-stride loop; the thread-private accumulators are combined across the block the same
 way, and one atomic per block (not per thread) adds the block's total.
 
-**Contraction tiling** (:class:`Tiling`).  A stage ``for b..: for i: for j: allocate acc {
-acc = init; for k..: acc += x * y; rest }`` where ``x`` does not use ``j`` and ``y`` does not use
-``i`` (``C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]``, whatever the index expressions) is
-computed by 32 x 32 output tiles: a block of 256 threads stages a 32 x 16 tile of ``x`` and a
-16 x 32 tile of ``y`` in shared memory per step of 16 along the flattened ``k`` loops, between
-``__syncthreads``, and each thread keeps a 2 x 2 register tile of outputs (rows ``ty + 16r``,
-columns ``tx + 16c``, so neighbouring threads take neighbouring columns).  Elements outside the
-iteration space load as zero; outputs outside it are not stored.  Each output still receives its
-terms in increasing ``k`` order (the classical shared-memory GEMM of the CUDA programming
-guide, with register blocking as in Volkov & Demmel, SC 2008).
+**Contraction tiling** (:class:`Tiling`).  A stage ``for o..: allocate acc { acc = init;
+for k..: acc += x * y; rest }`` is a contraction when the mapped loops split into *rows* (used
+by ``x`` only), *columns* (used by ``y`` only, among them the innermost loop) and *batch* loops
+(the others): ``C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]`` whatever the index expressions, and
+also a convolution ``Y[n, f, y, x] = sum_{c, ry, rx} W[f, c, ry, rx] * X[n, c, y + ry, x + rx]``
+(rows ``f``, columns ``n, y, x``: implicit GEMM).  Rows, columns and the ``k`` loops are each
+flattened, and the contraction is computed by 32 x 32 output tiles: a block of 256 threads
+stages a 32 x 16 tile of ``x`` and a 16 x 32 tile of ``y`` in shared memory per step of 16 along
+the flattened ``k`` loops, between ``__syncthreads``, and each thread keeps a 2 x 2 register
+tile of outputs (rows ``ty + 16r``, columns ``tx + 16c``, so neighbouring threads take
+neighbouring columns).  Elements outside the iteration space load as zero; outputs outside it
+are not stored.  Each output still receives its terms in increasing ``k`` order (the classical
+shared-memory GEMM of the CUDA programming guide, with register blocking as in Volkov &
+Demmel, SC 2008).
 
-Rule: ``i`` and ``j`` extents symbolic or at least :data:`TILE_MIN_EXTENT`, and the ``k`` trip
-count symbolic or at least :data:`TILE_MIN_EXTENT` (smaller tiles would be mostly padding).
-Anything that does not match keeps the thread-per-element mapping.
+Rule: row, column and ``k`` trip counts symbolic or at least :data:`TILE_MIN_EXTENT` (smaller
+tiles would be mostly padding).  When a block reduction applies as well and there would be
+fewer than :data:`TILE_MIN_BLOCKS` tiles (one per H200 multiprocessor; a weight gradient's long
+reduction into few outputs), the block reduction is taken instead.  Anything that matches
+neither keeps the thread-per-element mapping.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from ..cstyle import stmt_exprs, walk_expr, walk_stmt
 BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_LENGTH = 64
 TILE_MIN_EXTENT = 16
+TILE_MIN_BLOCKS = 132  # an H200's multiprocessors
 TILE_M = 32  # output rows of a tile
 TILE_N = 32  # output columns of a tile
 TILE_K = 16  # reduction step staged in shared memory
@@ -76,11 +83,12 @@ class BlockReduce:
 
 @dataclass(frozen=True)
 class Tiling:
-    """``acc = init; for k..: acc += a * b; rest`` per output ``(batch.., i, j)``."""
+    """``acc = init; for k..: acc += a * b; rest`` per output; ``a`` uses the ``rows`` loops
+    (not the ``cols``), ``b`` the ``cols`` loops (not the ``rows``), both may use ``batch``."""
 
     batch: tuple[For, ...]
-    iloop: For
-    jloop: For
+    rows: tuple[For, ...]
+    cols: tuple[For, ...]
     acc: Buffer
     init: Store
     kloops: tuple[For, ...]
@@ -179,17 +187,23 @@ def match_block_reduce(mapped: list[For], has_atomics: bool) -> BlockReduce | No
     return BlockReduce(tuple(mapped), alloc.buffer, init, tuple(inner), body, op, rest)
 
 
-def _factors(value: E.Expr, i: E.Var, j: E.Var) -> tuple[E.Expr, E.Expr] | None:
-    """(the factor free of ``j``, the factor free of ``i``) of a product, or None."""
-    if not isinstance(value, E.Mul):
+def _groups(mapped: list[For], x: E.Expr, y: E.Expr
+            ) -> tuple[tuple[For, ...], tuple[For, ...], tuple[For, ...], E.Expr, E.Expr] | None:
+    """(batch, rows, columns, row factor, column factor): loops used by one factor only are
+    rows (that factor) or columns (the other one); the rest are batch loops.  The columns hold
+    the innermost mapped loop (neighbouring threads, neighbouring output elements)."""
+    fx, fy = _free(x), _free(y)
+    last = mapped[-1].var
+    if last in fx and last not in fy:
+        x, y, fx, fy = y, x, fy, fx
+    if not (last in fy and last not in fx):
         return None
-    x, y = value.a, value.b
-    if not (x.dtype == y.dtype == value.dtype):
+    rows = tuple(lp for lp in mapped if lp.var in fx and lp.var not in fy)
+    cols = tuple(lp for lp in mapped if lp.var in fy and lp.var not in fx)
+    batch = tuple(lp for lp in mapped if lp not in rows and lp not in cols)
+    if not rows:
         return None
-    for a, b in ((x, y), (y, x)):
-        if j not in _free(a) and i not in _free(b):
-            return a, b
-    return None
+    return batch, rows, cols, x, y
 
 
 def match_tiling(mapped: list[For], has_atomics: bool, written: frozenset[Buffer]
@@ -212,23 +226,44 @@ def match_tiling(mapped: list[For], has_atomics: bool, written: frozenset[Buffer
         kloops.append(body)
         body = body.body
     if not (isinstance(body, Store) and body.buffer == acc and body.reduce == "sum"
-            and body.indices == () and body.value.dtype == acc.dtype):
+            and body.indices == () and isinstance(body.value, E.Mul)
+            and body.value.a.dtype == body.value.b.dtype == body.value.dtype == acc.dtype):
         return None
     loop_vars = {lp.var for lp in mapped} | {lp.var for lp in kloops}
-    if any(_loop_free(lp) & loop_vars for lp in kloops):
+    if any(_loop_free(lp) & loop_vars for lp in kloops) or _reads(body, acc):
         return None
-    iloop, jloop = mapped[-2], mapped[-1]
-    ab = _factors(body.value, iloop.var, jloop.var)
-    if ab is None or _reads(body, acc):
+    groups = _groups(mapped, body.value.a, body.value.b)
+    if groups is None:
         return None
+    batch, rows, cols, a, b = groups
     kvars = {lp.var for lp in kloops}
     if _free(init.value) & kvars:
         return None
-    for f in ab:
+    for f in (a, b):
         if any(isinstance(n, BufferLoad) and n.buffer in written for n in walk_expr(f)):
             return None
-    for ext in (_const_trips((iloop,)), _const_trips((jloop,)), _const_trips(tuple(kloops))):
+    for ext in (_const_trips(rows), _const_trips(cols), _const_trips(tuple(kloops))):
         if ext is not None and ext < TILE_MIN_EXTENT:
             return None
-    return Tiling(tuple(mapped[:-2]), iloop, jloop, acc, init, tuple(kloops), ab[0], ab[1],
-                  rest)
+    return Tiling(batch, rows, cols, acc, init, tuple(kloops), a, b, rest)
+
+
+def choose(tiling: Tiling | None, block: BlockReduce | None
+           ) -> tuple[Tiling | None, BlockReduce | None]:
+    """At most one schedule: tiles, unless a block reduction applies as well and the tiled
+    grid would have fewer than :data:`TILE_MIN_BLOCKS` tiles (long reductions into few outputs,
+    e.g. a convolution's weight gradient)."""
+    if tiling is None or block is None:
+        return tiling, block
+    tiles = tile_count(tiling)
+    if tiles is not None and tiles < TILE_MIN_BLOCKS:
+        return None, block
+    return tiling, None
+
+
+def tile_count(tl: Tiling) -> int | None:
+    """The number of output tiles when every extent is a constant."""
+    nb, ni, nj = _const_trips(tl.batch), _const_trips(tl.rows), _const_trips(tl.cols)
+    if nb is None or ni is None or nj is None:
+        return None
+    return nb * -(-ni // TILE_M) * -(-nj // TILE_N)

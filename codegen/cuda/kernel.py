@@ -334,8 +334,8 @@ def _block_config(st: Stage, dev: Device, sizes: dict[E.Var, int]) -> tuple[int,
             env[v] = eval_int(value, env)
         if st.tiling is not None:
             tl = st.tiling
-            units = _trips(tl.batch, env) * (-(-_trips((tl.iloop,), env) // TILE_M)) * (
-                -(-_trips((tl.jloop,), env) // TILE_N))
+            units = _trips(tl.batch, env) * (-(-_trips(tl.rows, env) // TILE_M)) * (
+                -(-_trips(tl.cols, env) // TILE_N))
         else:
             units = _trips(st.block_reduce.outer, env)
     except (ArgumentError, CompileError, KeyError, TypeError, ZeroDivisionError):

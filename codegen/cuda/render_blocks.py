@@ -31,7 +31,7 @@ from .schedule import Private, Stage
 #: C names the block schedules use (reserved so that program names never collide with them)
 BLOCK_NAMES = ("tc_u", "tc_s", "tc_inner", "tc_part", "tc_red", "tc_sa", "tc_sb", "tc_c",
                "tc_e", "tc_q", "tc_v", "tc_ii", "tc_jj", "tc_kk", "tc_k0", "tc_tx", "tc_ty",
-               "tc_ni", "tc_nj", "tc_nk", "tc_bi", "tc_bj", "tc_ti", "tc_tj", "tc_any")
+               "tc_ni", "tc_nj", "tc_nk", "tc_bi", "tc_bj", "tc_ti", "tc_tj", "tc_w")
 
 
 class BlockRenderMixin:
@@ -149,10 +149,9 @@ class BlockRenderMixin:
         lines = [f"{p}__shared__ {t} tc_sa[{tm}][{tk + 1}];",
                  f"{p}__shared__ {t} tc_sb[{tk}][{tn}];"]
         lines += self._extents(tl.batch, "tc_lo", "tc_n", "tc_total", depth)
-        lines += self._extents((tl.iloop,), "tc_ilo", "tc_ni", "tc_ni", depth)[:-1]
-        lines += self._extents((tl.jloop,), "tc_jlo", "tc_nj", "tc_nj", depth)[:-1]
+        lines += self._extents(tl.rows, "tc_ilo", "tc_ni", "tc_ni", depth)
+        lines += self._extents(tl.cols, "tc_jlo", "tc_nj", "tc_nj", depth)
         lines += self._extents(tl.kloops, "tc_klo", "tc_kn", "tc_nk", depth)
-        lines.append(f"{p}const long long tc_ni = tc_ni0, tc_nj = tc_nj0;")
         lines.append(f"{p}const long long tc_ti = (tc_ni + {tm - 1}) / {tm}, "
                      f"tc_tj = (tc_nj + {tn - 1}) / {tn};")
         lines.append(f"{p}const int tc_tx = threadIdx.x % {wn}, tc_ty = threadIdx.x / {wn};")
@@ -164,9 +163,9 @@ class BlockRenderMixin:
         lines += self._decode(tl.batch, "tc_lo", "tc_n", "tc_u", "tc_r", depth + 1)
         lines.append(f"{q}{t} tc_c[2][2] = {{{{{zero}, {zero}}}, {{{zero}, {zero}}}}};")
         lines.append(f"{q}for (long long tc_k0 = 0; tc_k0 < tc_nk; tc_k0 += {tk}) {{")
-        lines += self._tile_load("tc_sa", tl.a, tl.iloop, "tc_ilo0", "tc_ni", "tc_bi", tm, tk,
+        lines += self._tile_load("tc_sa", tl.a, tl.rows, "tc_ilo", "tc_ni", "tc_bi", tm, tk,
                                  True, tl, depth + 2)
-        lines += self._tile_load("tc_sb", tl.b, tl.jloop, "tc_jlo0", "tc_nj", "tc_bj", tn, tk,
+        lines += self._tile_load("tc_sb", tl.b, tl.cols, "tc_jlo", "tc_nj", "tc_bj", tn, tk,
                                  False, tl, depth + 2)
         lines.append(f"{r}__syncthreads();")
         if self.unroll_pragma():
@@ -186,11 +185,11 @@ class BlockRenderMixin:
         lines.append(p + "}")
         return lines
 
-    def _tile_load(self, arr: str, value, loop: For, lo: str, n: str, base: str, rows: int,
-                   tk: int, row_major: bool, tl: Tiling, depth: int) -> list[str]:
-        """Stage ``value`` for ``rows`` positions of ``loop`` x ``tk`` of the k loops in the
-        shared array ``arr`` (``arr[row][k]`` for the first factor, ``arr[k][col]`` for the
-        second); zero outside the iteration space."""
+    def _tile_load(self, arr: str, value, group: tuple[For, ...], lo: str, n: str, base: str,
+                   rows: int, tk: int, row_major: bool, tl: Tiling, depth: int) -> list[str]:
+        """Stage ``value`` for ``rows`` positions of the flattened ``group`` loops x ``tk`` of
+        the flattened k loops in the shared array ``arr`` (``arr[row][k]`` for the row factor,
+        ``arr[k][col]`` for the column factor); zero outside the iteration space."""
         q, r = self.pad(depth), self.pad(depth + 1)
         t = self.reg_type(tl.acc.dtype)
         if row_major:
@@ -203,9 +202,7 @@ class BlockRenderMixin:
                  f"{r}{t} tc_v = {self.identity('sum', tl.acc.dtype)};",
                  f"{r}if (tc_ii < {n} && tc_kk < tc_nk) {{"]
         s = self.pad(depth + 2)
-        vt = self.reg_type(loop.var.dtype)
-        step = "" if loop.step == 1 else f" * {loop.step}"
-        lines.append(f"{s}const {vt} {self.var(loop.var)} = ({vt})({lo} + tc_ii{step});")
+        lines += self._decode(group, lo, f"{n}", "tc_ii", "tc_w", depth + 2)
         lines += self._decode(tl.kloops, "tc_klo", "tc_kn", "tc_kk", "tc_s", depth + 2)
         lines.append(f"{s}tc_v = {self.conv(value, tl.acc.dtype)};")
         lines.append(r + "}")
@@ -220,11 +217,8 @@ class BlockRenderMixin:
                  f"{r}const long long tc_ii = tc_bi + tc_ty + {wm * a}, "
                  f"tc_jj = tc_bj + tc_tx + {wn * b};",
                  f"{r}if (tc_ii < tc_ni && tc_jj < tc_nj) {{"]
-        s = self.pad(depth + 2)
-        for loop, lo, pos in ((tl.iloop, "tc_ilo0", "tc_ii"), (tl.jloop, "tc_jlo0", "tc_jj")):
-            vt = self.reg_type(loop.var.dtype)
-            step = "" if loop.step == 1 else f" * {loop.step}"
-            lines.append(f"{s}const {vt} {self.var(loop.var)} = ({vt})({lo} + {pos}{step});")
+        lines += self._decode(tl.rows, "tc_ilo", "tc_ni", "tc_ii", "tc_w", depth + 2)
+        lines += self._decode(tl.cols, "tc_jlo", "tc_nj", "tc_jj", "tc_s", depth + 2)
         lines += self._finish(tl.acc, tl.init, "sum", f"tc_c[{a}][{b}]", tl.rest, depth + 2)
         lines.append(r + "}")
         lines.append(q + "}")

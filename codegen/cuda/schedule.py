@@ -63,7 +63,7 @@ from tecomp.loopir import (
 )
 
 from ..cstyle import stmt_exprs, walk_expr, walk_stmt
-from .blocks import BlockReduce, Tiling, match_block_reduce, match_tiling
+from .blocks import BlockReduce, Tiling, choose, match_block_reduce, match_tiling
 from .reorder import restore_sum_order
 
 ATOMIC_DTYPES = {"sum": ("float16", "bfloat16", "float32", "float64", "int32", "int64"),
@@ -179,9 +179,8 @@ def _make_stage(name: str, s: Stmt, lets: tuple[tuple[E.Var, E.Expr], ...],
             atomic, private = _atomics(loop, mapped, non_owned, ignored)
     tiling = block = None
     if mapped:
-        tiling = match_tiling(mapped, bool(atomic or private), gwritten)
-        if tiling is None:
-            block = match_block_reduce(mapped, bool(atomic or private))
+        tiling, block = choose(match_tiling(mapped, bool(atomic or private), gwritten),
+                               match_block_reduce(mapped, bool(atomic or private)))
     return Stage(name, s, lets, tuple(mapped), atomic, private, buffers, gwritten, block,
                  tiling)
 

@@ -67,6 +67,16 @@ rc, rr = tc.reduce_axis(4, name="rc"), tc.reduce_axis(5, name="rr")
 prog(Prog("conv1d", [tc.compute((2, 17, 36), lambda b, co, x: tc.sum(
     WC[co, rc, rr] * XC[b, rc, x + rr], axis=[rc, rr]), name="Y1")], [XC, WC],
     lambda r: [_f32(r, 2, 4, 40), _f32(r, 17, 4, 5)], atol=1e-4))
+# 2-D convolution (after its padding stage): rows f, columns (b, y, x), k = (c, ry, rx); its
+# weight gradient has one tile of outputs and a long reduction: a block reduction instead
+X4, W4 = tc.placeholder((2, 3, 9, 8), name="X4"), tc.placeholder((16, 3, 3, 3), name="W4")
+Y4 = tc.ops.conv2d(X4, W4, padding=1)
+H4 = tc.placeholder((2, 16, 9, 8), name="H4")
+prog(Prog("conv2d", [Y4], [X4, W4], lambda r: [_f32(r, 2, 3, 9, 8), _f32(r, 16, 3, 3, 3)],
+          atol=1e-4))
+prog(Prog("conv2d_grad", tc.gradient(Y4, [X4, W4], head=H4), [X4, W4, H4],
+          lambda r: [_f32(r, 2, 3, 9, 8), _f32(r, 16, 3, 3, 3), _f32(r, 2, 16, 9, 8)],
+          atol=1e-4))
 G = tc.placeholder((n, 37), name="G")
 prog(Prog("matmul_grad", tc.gradient(C, [A, B], head=G), [A, B, G],
           lambda r: [_f32(r, 45, 40), _f32(r, 40, 37), _f32(r, 45, 37)], atol=1e-4))
@@ -89,7 +99,9 @@ prog(Prog("masked", [tc.compute((n, 37), lambda i, j: tc.sum(A[i, k] * B[k, j], 
 KERNELS = {name: build(p) for name, p in PROGS.items()}
 EXPECTED = {"matmul_ragged": ["T"], "matmul_exact": ["T"], "batched": ["T"],
             "transposed": ["T"], "float64": ["T"], "two_axes": ["T"], "conv1d": ["T"],
-            "matmul_grad": ["T", "T"], "narrow": ["g"], "not_a_product": ["g"],
+            # dB = A^T G: 2 x 2 tiles, a reduction over the symbolic n: block reduction
+            "matmul_grad": ["T", "B"], "conv2d": ["g", "T"], "conv2d_grad": ["g", "g", "B"],
+            "narrow": ["g"], "not_a_product": ["g"],
             "masked": ["g"]}
 
 
@@ -104,12 +116,19 @@ def test_schedules():
     got = {name: kinds(kk) for name, kk in KERNELS.items()}
     assert got.pop("bias")[0] == "T"  # the bias may be fused into the tile's store or not
     assert got == EXPECTED
+    def names(loops):
+        return [lp.var.name for lp in loops]
+
     tl = KERNELS["batched"].program.stages[0].tiling
-    assert [lp.var.name for lp in tl.batch] == ["b"]
-    assert (tl.iloop.var.name, tl.jloop.var.name) == ("i", "j")
+    assert (names(tl.batch), names(tl.rows), names(tl.cols)) == (["b"], ["i"], ["j"])
+    tl = KERNELS["transposed"].program.stages[0].tiling  # the factor using j is the columns'
+    assert (names(tl.rows), names(tl.cols)) == (["i"], ["j"]) and tl.b.buffer.name == "BT"
     tl = KERNELS["conv1d"].program.stages[0].tiling
-    assert (tl.iloop.var.name, tl.jloop.var.name) == ("co", "x")
-    assert [lp.var.name for lp in tl.kloops] == ["rc", "rr"]
+    assert (names(tl.batch), names(tl.rows), names(tl.cols)) == ([], ["co"], ["b", "x"])
+    assert names(tl.kloops) == ["rc", "rr"]
+    tl = KERNELS["conv2d"].program.stages[1].tiling
+    assert (names(tl.batch), names(tl.rows), names(tl.cols)) == ([], ["f"], ["b", "y", "x"])
+    assert blocks.tile_count(tl) == 5 < blocks.TILE_MIN_BLOCKS
 
 
 def test_source_stages_tiles_in_shared_memory():
