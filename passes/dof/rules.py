@@ -8,7 +8,8 @@ For every value ``v`` DOF keeps ``g = L grad v`` (an ``r``-vector: one direction
 
 One entry per node class.  Linear nodes (add, sub, neg, cast, select arms, sum reductions)
 pass ``g`` and ``s`` through; a product adds ``2 Q(g_a, g_b)``; a unary function ``f`` adds
-``f''(u) Q(g_u, g_u)``; max/min take both at the first extremal index; prod is in
+``f''(u) Q(g_u, g_u)`` (for a layer ``f(sum ...)`` read downstream, the scaled form of
+:func:`_scaled_layer`); max/min take both at the first extremal index; prod is in
 :mod:`.product`.  ``Q`` is computed by
 the context (:class:`tecomp.passes.dof.propagate.DofContext`), which also stores an operand's
 ``g`` in a stage when it is an expensive expression used twice (in ``g_v`` and in ``Q``).
