@@ -123,3 +123,16 @@ def test_bounds_checked_gather_and_scatter(emulated):
         with pytest.raises(tc.IndexBoundsError, match=r"tensor 'EM(_grad)?'.*index 1000000"):
             kernel.launch(bad, device=dev)
         assert not dev.mem
+
+
+def test_block_schedules_at_full_size():
+    """At the benchmark's sizes the static rules pick the block-level schedules: tiles for the
+    matmul and the convolutions, a block per row for softmax and layer norm (1024 rows of
+    512), block-combined accumulators for the scalar loss (schedule only, nothing is run)."""
+    full = {c.name: c for c in BENCH.suite() if c.name in (
+        "matmul", "conv2d", "conv2d_s2d2", "softmax", "layer_norm", "scalar_loss")}
+    got = {name: BENCH.schedules(_kernel(c)) for name, c in full.items()}
+    assert got["matmul"] == "T"
+    assert "T" in got["conv2d"] and "T" in got["conv2d_s2d2"]
+    assert got["softmax"].count("B") == 2 and got["layer_norm"].count("B") == 2
+    assert "P" in got["scalar_loss"]
