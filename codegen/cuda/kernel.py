@@ -274,7 +274,10 @@ class CudaKernel(Kernel):
             return 1, 1
         if st.tiling is not None or st.block_reduce is not None:
             return _block_config(st, dev, sizes)
-        return dev.config(_iterations(st, sizes), bool(st.private))
+        grid, block = dev.config(_iterations(st, sizes), bool(st.private))
+        if st.private:  # the block-wide combine works on whole warps
+            block = max(32, block // 32 * 32)
+        return grid, block
 
 
 def _check_device_arg(spec: Any, shape: tuple[int, ...], dt: np.dtype, pos: int) -> None:
@@ -345,7 +348,7 @@ def _block_config(st: Stage, dev: Device, sizes: dict[E.Var, int]) -> tuple[int,
         grid = max(1, min(grid, units))
     if st.tiling is not None:
         block = TILE_THREADS
-    return grid, block
+    return grid, max(32, block // 32 * 32)  # the block-wide combine works on whole warps
 
 
 def _trips(loops: Sequence[Any], env: dict[E.Var, int]) -> int:

@@ -250,8 +250,12 @@ inline void __syncwarp(unsigned = 0xffffffffu) { tc_wait(TC_AT_WARP, "__syncwarp
 template <typename T>
 T tc_shuffle(T v, unsigned lane_from_mask, bool xor_mode, unsigned arg, int width) {
     static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
-    (void)lane_from_mask;
     unsigned t = threadIdx.x, lane = t % 32, seg = lane - lane % (unsigned)width;
+    if (lane_from_mask == 0xffffffffu && t - lane + 32 > tc_sched.fibers.size()) {
+        fprintf(stderr, "emulate.h: a full-mask shuffle in a partial warp (%zu threads in the "
+                "block; undefined on a GPU)\n", tc_sched.fibers.size());
+        abort();
+    }
     memcpy(&tc_sched.slots[t], &v, sizeof(T));
     tc_wait(TC_AT_WARP, "a warp shuffle");
     unsigned src = xor_mode ? (lane ^ arg) : lane + arg;

@@ -163,6 +163,16 @@ def test_block_sizes(emulated, block):
         assert_matches(p, args, kernel.launch(args, device=EmulatedDevice(block, 5)))
 
 
+def test_block_sizes_are_whole_warps(emulated):
+    """A device asking for 50 threads a block gets 32 for the stages that combine across the
+    block (whole warps), and 50 for the others."""
+    p, kernel = PROGS["softmax_rows"], KERNELS["softmax_rows"]
+    args = p.args(np.random.default_rng(2))
+    dev = EmulatedDevice(50, 2)
+    assert_matches(p, args, kernel.launch(args, device=dev))
+    assert [b for _, _, b in dev.launches] == [32, 50, 32, 50]
+
+
 def test_rule_keeps_short_and_wide_reductions_on_threads():
     """Rows shorter than BLOCK_REDUCE_MIN_LENGTH, or more outputs than
     BLOCK_REDUCE_MAX_OUTPUTS, keep a thread per output."""
