@@ -23,7 +23,8 @@ configuration of :mod:`.kernel` gives it that).
 
 from __future__ import annotations
 
-from tecomp.loopir import For
+from tecomp import expr as E
+from tecomp.loopir import Buffer, For, Stmt, Store
 
 from .blocks import TILE_K, TILE_M, TILE_N, TILE_THREADS, BlockReduce, Tiling
 from .schedule import Private, Stage
@@ -102,7 +103,8 @@ class BlockRenderMixin:
         lines.append(p + "}")
         return lines
 
-    def _finish(self, acc, init, reduce: str, part: str, rest, depth: int) -> list[str]:
+    def _finish(self, acc: Buffer, init: Store, reduce: str, part: str,
+                rest: tuple[Stmt, ...], depth: int) -> list[str]:
         """``acc = init; acc <reduce>= part; rest`` in a scope of its own."""
         r = self.pad(depth)
         self.locals.add(acc)
@@ -185,8 +187,9 @@ class BlockRenderMixin:
         lines.append(p + "}")
         return lines
 
-    def _tile_load(self, arr: str, value, group: tuple[For, ...], lo: str, n: str, base: str,
-                   rows: int, tk: int, row_major: bool, tl: Tiling, depth: int) -> list[str]:
+    def _tile_load(self, arr: str, value: E.Expr, group: tuple[For, ...], lo: str, n: str,
+                   base: str, rows: int, tk: int, row_major: bool, tl: Tiling, depth: int
+                   ) -> list[str]:
         """Stage ``value`` for ``rows`` positions of the flattened ``group`` loops x ``tk`` of
         the flattened k loops in the shared array ``arr`` (``arr[row][k]`` for the row factor,
         ``arr[k][col]`` for the column factor); zero outside the iteration space."""
