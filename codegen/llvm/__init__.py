@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ... import expr as E
 from ...errors import CompileError, TecompError
-from ...loopir import LoweredFunc
-from ...passes.schedule import schedule_cpu
+from ...loopir import Buffer, LoweredFunc
 from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
@@ -59,12 +59,13 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     memory_key = program_key(func, options, target_key())
 
     def build() -> JitFunction:
-        emitted = schedule_cpu(func, threads=threads)
-        pooled = pooled_buffers(emitted)
         key = disk_key(memory_key) if store is not None else ""
         if store is not None:
             entry = store.get(key)
             if entry is not None and isinstance(entry.get("object"), bytes):
+                pooled = _pooled_from_record(entry.get("pooled"))
+                if pooled is None:  # extents not stored as constants: schedule to find them
+                    pooled = pooled_buffers(_schedule(func, threads))
                 try:
                     out = load_object(entry["object"], symbol_name(func.name),
                                       str(entry.get("source", "")))
@@ -73,10 +74,13 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                     return out
                 except CompileError:  # unusable entry: compile afresh and overwrite it
                     pass
+        emitted = _schedule(func, threads)
         out = compile_now(emitted)
-        out.pooled = pooled
+        out.pooled = pooled_buffers(emitted)
         if store is not None:
-            store.put(key, {"object": out.object_code, "source": out.source})
+            record = _pooled_record(out.pooled)
+            store.put(key, {"object": out.object_code, "source": out.source,
+                            **({"pooled": record} if record is not None else {})})
         return out
 
     def compile_now(emitted: LoweredFunc) -> JitFunction:
@@ -96,6 +100,38 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     if cache is None:
         return build()
     return cache.get_or_compile(memory_key, build)
+
+
+def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
+    from ...passes.schedule import schedule_cpu
+
+    return schedule_cpu(func, threads=threads)
+
+
+def _pooled_record(pooled: tuple[Buffer, ...]) -> str | None:
+    """The pooled temporaries as a Python literal for the disk entry (so that a kernel loaded
+    from disk is not scheduled again just to find them): name, dtype, scope and extents of
+    each; None when an extent is not a constant."""
+    rows = []
+    for b in pooled:
+        if not all(isinstance(d, E.Const) and isinstance(d.value, int) for d in b.shape):
+            return None
+        rows.append((b.name, b.dtype, b.scope, tuple((d.value, d.dtype) for d in b.shape)))
+    return repr(tuple(rows))
+
+
+def _pooled_from_record(record: Any) -> tuple[Buffer, ...] | None:
+    """The buffers :func:`_pooled_record` wrote, or None (no record, or not one it wrote)."""
+    if not isinstance(record, str):
+        return None
+    import ast
+
+    try:
+        rows = ast.literal_eval(record)
+        return tuple(Buffer(name, tuple(E.Const(v, dt) for v, dt in shape), dtype, scope)
+                     for name, dtype, scope, shape in rows)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 
 def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,

@@ -36,8 +36,8 @@ CHILD = textwrap.dedent("""
             raise AssertionError("LLVM compiled although the cache holds the code")
 
         jit.compile_ir = backend.compile_ir = no_llvm
-    X = tc.placeholder((1, 3, 9, 8), name="X")
-    W = tc.placeholder((4, 3, 3, 3), name="W")
+    X = tc.placeholder((1, 8, 24, 21), name="X")  # its padded copy is a pooled temporary
+    W = tc.placeholder((4, 8, 3, 3), name="W")
     Y = tc.ops.conv2d(X, W, stride=2, padding=1)
     H = tc.placeholder(Y.shape, name="H")
     gX, gW = tc.gradient(Y, [X, W], H)
@@ -64,7 +64,8 @@ CHILD = textwrap.dedent("""
     np.savez(out, gX=got[0], gW=got[1], eX=want[0], eW=want[1], G=gathered, eG=e[ix] * 2)
     store = disk_cache.default_cache()
     print(json.dumps({"hits": store.hits, "misses": store.misses, "islpy": islpy_used,
-                      "machine": "tm" in jit._state, "error": error}))
+                      "machine": "tm" in jit._state, "error": error,
+                      "pooled": repr(k._entry.pooled)}))
 """)
 
 
@@ -87,6 +88,7 @@ def test_second_process_loads_everything_from_disk(tmp_path):
     assert info2["hits"] == 4 and info2["misses"] == 1
     assert not info2["machine"], "a target machine was made: something was compiled"
     assert not info2["islpy"], "the bounds proof of the convolution ran again"
+    assert info1["pooled"] != "()" and info2["pooled"] == info1["pooled"]
     for res in (res1, res2):
         np.testing.assert_allclose(res["gX"], res["eX"], rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(res["gW"], res["eW"], rtol=1e-4, atol=1e-4)
@@ -117,3 +119,18 @@ def test_count_iterations_matches_cost(size):
     n, funcs = _iteration_programs()
     for func in funcs:
         assert count_iterations(func, {n: size}) == count_cost(func, {n: size}).iterations
+
+
+def test_pooled_record_round_trip_and_garbage():
+    from tecomp import expr as E
+    from tecomp.codegen.llvm import _pooled_from_record, _pooled_record
+    from tecomp.loopir import Buffer
+
+    bufs = (Buffer("X_pad", (E.Const(1, "int64"), E.Const(34, "int64")), "float32", "temp"),
+            Buffer("t:;'\"", (E.Const(7, "int32"),), "float64", "temp"))
+    assert _pooled_from_record(_pooled_record(bufs)) == bufs
+    assert _pooled_from_record(_pooled_record(())) == ()
+    n = tc.var("n")
+    assert _pooled_record((Buffer("s", (n,), "float32", "temp"),)) is None
+    for bad in (None, b"()", "", "(", "__import__('os')", "((1, 2),)", "[('a', 'f', 's', 3)]"):
+        assert _pooled_from_record(bad) is None, bad
