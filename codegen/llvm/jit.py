@@ -241,7 +241,7 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
 def runtime_address() -> int:
     """The address of the parallel-loop runtime (:mod:`.runtime`), loaded on first use and
     kept for the life of the process: from the persistent cache when an earlier process
-    stored it (:func:`_runtime_entry`), else compiled (and stored)."""
+    stored it (:func:`_load_runtime`), else compiled (and stored)."""
     with LOCK:
         st = _init()
         if "runtime" not in st:
@@ -284,6 +284,7 @@ def load_object(obj: bytes, name: str, source: str, *,
     The runtime's symbol (:func:`runtime_address`) is resolved for it when ``obj`` refers to
     it (the name is in its symbol table; a kernel without parallel loops does not)."""
     with LOCK:
+        _init()
         lib = f"{name}.{next(_library_ids)}"
         try:
             builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
