@@ -54,6 +54,9 @@ X64 = tc.placeholder((R, D), name="X64", dtype="float64")
 prog(Prog("row_min_nan_f64",
           [tc.compute((R,), lambda i: tc.min(X64[i, k], axis=k), name="rmin")], [X64],
           lambda r: [_with_nans(r.standard_normal((R, D)))], rtol=0, atol=0))
+prog(Prog("row_prod_f64",
+          [tc.compute((R,), lambda i: tc.prod(X64[i, k], axis=k), name="rprod")], [X64],
+          lambda r: [1.0 + 0.01 * r.standard_normal((R, D))], rtol=1e-12, atol=0))
 XI = tc.placeholder((R, D), name="XI", dtype="int32")
 prog(Prog("row_sum_int32",
           [tc.compute((R,), lambda i: tc.sum(XI[i, k], axis=k), name="isum")], [XI],
@@ -101,7 +104,7 @@ prog(Prog("layer_norm_rows", [tc.ops.layer_norm(XR, gam, bet)], [XR, gam, bet],
 
 KERNELS = {name: build(p) for name, p in PROGS.items()}
 
-EXPECTED = {"row_sum": ["B"], "row_max_nan": ["B"], "row_min_nan_f64": ["B"],
+EXPECTED = {"row_sum": ["B"], "row_max_nan": ["B"], "row_min_nan_f64": ["B"], "row_prod_f64": ["B"],
             "row_sum_int32": ["B"], "row_max_int64": ["B"], "two_axes": ["B"],
             "symbolic_length": ["B"], "scalar_sum": ["S", "P", "S"],
             "scalar_max_nan": ["S", "P", "S"], "scalar_max": ["S", "P", "S"],
