@@ -6,8 +6,10 @@ reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
 1. Stages are the compute (and scatter) tensors reachable from the outputs without passing
    through an input, in the deterministic topological order of
    :func:`tecomp.functor.topo_order` (producers first; outputs in the order given).
-2. Cheap element-wise stages are inlined into their consumers (:mod:`.inline`).
-3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sum reductions over the
+2. Cheap element-wise stages are inlined into their consumers (:mod:`.inline`), and a stage
+   whose only reader is a crop of it is computed by that reader (:mod:`.absorb_crop`).
+3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sums whose window slides with
+   the last axis are split by residues (:mod:`.residue_split`), other sums over the
    unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
    ``"output"`` buffer; other stages into a ``"temp"`` buffer whose ``Allocate`` encloses the
    rest of the program.  An output read by another stage is computed once and read back from
@@ -34,7 +36,9 @@ backends may rely on:
   bounds where they are not evaluated (padding): backends evaluate them lazily.
 * Reductions accumulate with ``Store(buf, idx, value, reduce=combiner)`` into a ``"local"``
   buffer of shape ``()`` initialised with the combiner's identity (see :mod:`.lower_stage`),
-  or, after the loop-order pass, into the stage's own buffer after a zero-initialising loop.
+  or, after the loop-order pass, into the stage's own buffer after a zero-initialising loop
+  (after residue splitting, into a phase-major ``"temp"`` buffer allocated around the stage's
+  nest, copied into the stage's buffer row by row).
 * A scatter stage (``ScatterOp``) is a copy of its ``init`` (or a zero fill) followed by serial
   loops over its axes storing ``Store(buf, indices, value, reduce="sum")`` at data-dependent
   indices; its loops are never ``"parallel"``.
@@ -57,6 +61,7 @@ from tecomp.functor import free_vars, fresh_name, input_tensors, op_exprs, walk
 from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
+from .absorb_crop import absorb_crops
 from .inline import inline_stages
 from .loop_order import reorder_sum
 from .lower_stage import (
@@ -249,6 +254,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
     ctx.taken |= bnames
 
     exprs, inlined = inline_stages(stages, keep={id(t) for t in outs})
+    absorb_crops(stages, exprs, inlined, keep={id(t) for t in outs})
     items: list = []
     for t in stages:
         if id(t) in inlined:
@@ -266,7 +272,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
         assert isinstance(t.op, ComputeOp)
         (body,) = exprs[id(t)]
         conv = expression_lowerer(ctx, buf.name)
-        stmt = split_window_sum(t.op.axes, body, buf, conv, ctx.params)
+        stmt = split_window_sum(t.op.axes, body, buf, conv, ctx.params, fresh=ctx.fresh)
         if stmt is None:
             stmt = reorder_sum(t.op.axes, body, buf, conv, ctx.params)
         if stmt is None:

@@ -12,24 +12,30 @@ can use.  Splitting ``j`` by its residue modulo ``s`` (``j = s*q + r``, ``0 <= r
 every window term ``(j + c) // s + d`` into ``q + (r + c) // s + d``: for a fixed ``r`` the
 window of ``k`` is ``[q + A(r), q + B(r))``, of constant width and sliding by one per ``q``.
 Substituting ``k = q + u`` gives ``u`` the short range ``[A(r), B(r))``, free of ``q``, and
-moves the fixed bounds of ``k`` (``0 <= k < 16``) onto ``q``.  The example becomes::
+moves the fixed bounds of ``k`` (``0 <= k < 16``) onto ``q``.  Each residue ``r`` is emitted
+as its own nest, so its window ``[A(r), B(r))`` is a constant range; the phases accumulate
+with unit stride into a phase-major temporary ``P[r, q]`` (``G[2*q + r]`` would be a stride-2
+read-modify-write, which the vectoriser turns into scatters), and the window is folded into
+one update per ``q`` where all its steps are valid (index-set splitting, :func:`_folded`).
+The example (33 outputs) becomes (``r = 0``: ``u in {-1, 0}``; ``r = 1``: ``u = 0``)::
 
-    for (j, 0, 34) { G[j] = 0 }
-    for (r, 0, 2) {
-      for (u, (r - 1) // 2, min(r // 2 + 1, ..)) {
-        for (q, max(0, -u), min((35 - r) // 2, 16 - u)) {
-          G[2*q + r] += H[q + u] * W[r - 2*u]
-        }
-      }
-    }
+    for (q, 0, 17) { P[0, q] = 0 };  for (q, 0, 17) { P[1, q] = 0 }
+    for (u, -1, 1) { for (q, max(0, -u), min(17, 16 - u, 1)) { P[0, q] += H[q + u] * W[-2*u] } }
+    for (q, 1, 16) { P[0, q] = P[0, q] + H[q - 1] * W[2] + H[q] * W[0] }
+    for (u, -1, 1) { for (q, max(0, -u, 16), min(17, 16 - u)) { P[0, q] += H[q + u] * W[-2*u] } }
+    for (q, 0, 16) { P[1, q] += H[q] * W[1] }
+    for (j, 0, 33) { G[j] = P[j % 2, j // 2] }
 
 that is, ``s`` stride-1 correlations of ``H`` with the ``s`` phases of ``W`` (the polyphase
 decomposition of an interpolating filter, Bellanger, Bonnerot & Coudreuse, "Digital filtering
 by polyphase network", IEEE Trans. ASSP 1976; the "sub-pixel convolution" view of a transposed
 convolution, Shi et al., CVPR 2016).  Each innermost loop now walks a whole row of ``H``
-with unit stride and a loop-invariant weight.  Residue classes are strided loops whose start
-depends on ``r``; no test runs inside the innermost loop.  With ``s = 1`` there is no split
-and the substitution alone turns a narrow window over a row into a loop over the row.
+with unit stride and loop-invariant weights.  Residue classes are separate nests; no test
+runs inside the innermost loop.  With ``s = 1`` there is no split (no temporary either) and
+the substitution alone turns a narrow window over a row into a loop over the row.  Outer
+reduction axes (the channels of a convolution) stay outside the residue nests; data axes
+other than ``j`` are the stage's outer loops, the first one parallel (each iteration owns its
+rows of ``P``).
 
 When it applies (:func:`find_window`): the stage is ``buf[axes] = sum(body, raxes, where)``;
 exactly one reduction axis ``k`` has bounds that use the last data axis ``j``; those bounds
@@ -43,10 +49,12 @@ term on each side; no later reduction axis uses ``k`` or ``j``; and it pays: the
 Legality.  ``(r, q)`` ranges over every ``j`` of ``[jlo, jhi)`` exactly once (``q`` from
 ``ceil((jlo - r) / s)`` to ``ceil((jhi - r) / s)``), and for each ``j`` the pairs ``(u, q)``
 with ``k = q + u`` inside both the window and the fixed bounds are exactly the original ``k``
-range.  One element ``buf[.., j]`` receives its terms in increasing ``(k1, .., k, ..)`` order
-(``u`` increases with ``k``; the axes before ``k`` stay outside, those after it keep their
-place around the ``q`` loop), as one chain of additions from 0: integer sums are exact and
-float sums bit-identical to the plain order.  Distinct ``(r, q)`` are distinct elements.
+range.  One element ``buf[.., j]`` (``P[r, q]``) receives its terms in increasing ``(k1, ..,
+k, ..)`` order (``u`` increases with ``k``, and in the folded form each ``q`` gets all its
+``u`` in one of three disjoint parts; the axes before ``k`` stay outside, those after it
+keep their place around the ``q`` loop), as one chain of additions from 0: integer sums are
+exact and float sums bit-identical to the plain order.  Distinct ``(r, q)`` are distinct
+elements, and the copy back reads each element of ``P`` once.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ from typing import Callable
 
 from tecomp import expr as E
 from tecomp.functor import ExprMutator, children, free_vars, fresh_name, substitute, walk
-from tecomp.loopir import Buffer, For, IfThenElse, Seq, Stmt, Store
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
 
 from .loop_order import _floor_form, _lower_terms, _upper_terms, coefficient, outer_loops
 from .lower_stage import identity, rename_axes, upper
@@ -200,12 +208,16 @@ def _normal(e: E.Expr) -> E.Expr:
 
 def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
                      conv: Callable[[E.Expr], E.Expr], taken: set[str], *,
+                     fresh: Callable[[str], str] | None = None,
                      parallel: bool = True) -> Stmt | None:
     """The residue-split nest for ``buf[axes] = body`` (module docstring), or None when it
     does not apply or does not pay.
 
     ``conv`` converts reduction-free tensor-IR expressions to loop IR; ``taken`` holds the
-    names new loop variables must not take (the size parameters).
+    names new loop variables must not take (the size parameters).  With ``fresh`` (a source
+    of unused buffer names) and a stride above 1, the phases accumulate into a phase-major
+    temporary (see :func:`_phase_nest`); without it they accumulate into ``buf`` directly,
+    with stride ``s``.
     """
     if not axes or not isinstance(body, E.Reduce) or body.combiner != "sum":
         return None
@@ -220,34 +232,107 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     if win is None:
         return None
     names |= {ax.var.name for ax in raxes} | {v.name for v in free_vars(body)}
-    q, u, r = (_fresh(f"{j.name}_{x}", names, j.dtype) for x in ("q", "u", "r"))
+    q, u = (_fresh(f"{j.name}_{x}", names, j.dtype) for x in ("q", "u"))
     s = win.stride
-    res: E.Expr = r if s > 1 else E.Const(0, j.dtype)
-    jq = E.add(E.mul(s, q), r) if s > 1 else q
     k = raxes[win.index].var
-    mapping = {j: jq, k: E.add(q, u)}
-    acc: Stmt = Store(buf, tuple(ax.var for ax in axes[:-1]) + (jq,),
-                      conv(_Affine().visit(substitute(rbody, mapping))), "sum")
-    if where is not None:
-        acc = IfThenElse(conv(_Affine().visit(substitute(where, mapping))), acc)
     jlo, jhi = j_ax.lo, upper(j_ax.lo, j_ax.extent)
-    qlo, qhi = _q_bound(jlo, res, s), _q_bound(jhi, res, s)
-    for t in win.fixed_lo:
-        qlo = E.maximum(qlo, _minus(t, u))
-    for t in win.fixed_hi:
-        qhi = E.minimum(qhi, _minus(t, u))
-    stmt: Stmt = For(q, conv(qlo), conv(qhi), acc)
-    for ax in reversed(raxes[win.index + 1:]):
-        stmt = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), stmt)
-    ulo, uhi = win.u_bounds(res)
-    stmt = For(u, conv(ulo), conv(uhi), stmt)
+    outer = tuple(ax.var for ax in axes[:-1])
+    base = E.floordiv(jlo, s)
     if s > 1:
-        stmt = For(r, E.Const(0, j.dtype), E.Const(s, j.dtype), stmt)
+        if fresh is None:
+            return None
+        shape = tuple(conv(ax.extent) for ax in axes[:-1]) + (
+            E.Const(s, j.dtype), conv(E.sub(_q_bound(jhi, E.Const(0, j.dtype), s), base)))
+        dst = Buffer(fresh(f"{buf.name}_phases"), shape, buf.dtype, "temp")
+        lead = tuple(_minus(ax.var, ax.lo) for ax in axes[:-1])
+        zero: list[Stmt] = [For(q, E.Const(0, j.dtype), shape[-1],
+                                Store(dst, lead + (E.Const(rv, j.dtype), q), _zero(buf)))
+                            for rv in range(s)]
+    else:
+        dst, lead = buf, outer
+        zero = [For(q, conv(jlo), conv(jhi), Store(buf, outer + (q,), _zero(buf)))]
+
+    def phase(rv: int) -> Stmt:
+        res = E.Const(rv, j.dtype)
+        jq = E.add(E.mul(s, q), res) if s > 1 else q
+        at = lead + ((E.Const(rv, j.dtype), conv(E.sub(q, base))) if s > 1 else (q,))
+
+        def term(uv: E.Expr) -> E.Expr:
+            return conv(_Affine().visit(substitute(rbody, {j: jq, k: E.add(q, uv)})))
+
+        def guard(uv: E.Expr, st: Stmt) -> Stmt:
+            if where is None:
+                return st
+            w = _Affine().visit(substitute(where, {j: jq, k: E.add(q, uv)}))
+            return IfThenElse(conv(w), st)
+
+        def q_range(uv: E.Expr) -> tuple[E.Expr, E.Expr]:
+            lo, hi = _q_bound(jlo, res, s), _q_bound(jhi, res, s)
+            for t in win.fixed_lo:
+                lo = E.maximum(lo, _minus(t, uv))
+            for t in win.fixed_hi:
+                hi = E.minimum(hi, _minus(t, uv))
+            return conv(lo), conv(hi)
+
+        ulo, uhi = win.u_bounds(res)
+        inner = raxes[win.index + 1:]
+        if inner or where is not None or not (isinstance(ulo, E.Const)
+                                              and isinstance(uhi, E.Const)):
+            st: Stmt = For(q, *q_range(u), guard(u, Store(dst, at, term(u), "sum")))
+            for ax in reversed(inner):
+                st = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), st)
+            return For(u, conv(ulo), conv(uhi), st)
+        return _folded(q, u, int(ulo.value), int(uhi.value), q_range,
+                       lambda uv: Store(dst, at, term(uv), "sum"), dst, at, term)
+
+    stmt: Stmt = _seq([phase(rv) for rv in range(s)])
     for ax in reversed(raxes[:win.index]):
         stmt = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), stmt)
-    store_idx = tuple(ax.var for ax in axes)
-    init = For(j, conv(jlo), conv(jhi), Store(buf, store_idx, identity("sum", buf.dtype)))
-    return outer_loops(axes[:-1], Seq((init, stmt)), conv, parallel=parallel)
+    if s == 1:
+        return outer_loops(axes[:-1], Seq((*zero, stmt)), conv, parallel=parallel)
+    back = BufferLoad(dst, lead + (conv(E.mod(j, s)), conv(E.sub(E.floordiv(j, s), base))),
+                      buf.dtype)
+    copy = For(j, conv(jlo), conv(jhi), Store(buf, outer + (j,), back))
+    return Allocate(dst, outer_loops(axes[:-1], Seq((*zero, stmt, copy)), conv,
+                                     parallel=parallel))
+
+
+def _folded(q: E.Var, u: E.Var, a: int, b: int, q_range, update, dst: Buffer,
+            at: tuple[E.Expr, ...], term) -> Stmt:
+    """The window ``u in [a, b)`` folded into one update per ``q`` where every ``u`` is valid
+    (index-set splitting, as :func:`.schedule_tile._split_fold`)::
+
+        for (u, a, b) { for (q, lo(u), min(hi(u), P)) { D[q] += v(u, q) } }    # q < P
+        for (q, P, M) { D[q] = ((D[q] + v(a, q)) + v(a + 1, q)) + .. }           # all u valid
+        for (u, a, b) { for (q, max(lo(u), M), hi(u)) { D[q] += v(u, q) } }    # q >= M
+
+    with ``P = max_u lo(u)`` and ``M = max(P, min_u hi(u))``: each ``q`` gets its terms in
+    increasing ``u`` in exactly one of the three parts."""
+    los, his = zip(*(q_range(E.Const(uv, u.dtype)) for uv in range(a, b)))
+    p, m = los[0], his[0]
+    for x in los[1:]:
+        p = E.maximum(p, x)
+    for x in his[1:]:
+        m = E.minimum(m, x)
+    m = E.maximum(p, m)
+    lo_u, hi_u = q_range(u)
+    acc: E.Expr = BufferLoad(dst, at, dst.dtype)
+    for uv in range(a, b):
+        acc = E.add(acc, term(E.Const(uv, u.dtype)))
+    span = (E.Const(a, u.dtype), E.Const(b, u.dtype))
+    if b - a == 1:
+        return For(q, los[0], his[0], update(E.Const(a, u.dtype)))
+    return _seq([For(u, *span, For(q, lo_u, E.minimum(hi_u, p), update(u))),
+                 For(q, p, m, Store(dst, at, acc)),
+                 For(u, *span, For(q, E.maximum(lo_u, m), hi_u, update(u)))])
+
+
+def _seq(items: list[Stmt]) -> Stmt:
+    return items[0] if len(items) == 1 else Seq(tuple(items))
+
+
+def _zero(buf: Buffer) -> E.Const:
+    return identity("sum", buf.dtype)
 
 
 def _plus(a: E.Expr, b: E.Expr) -> E.Expr:
@@ -258,7 +343,9 @@ def _plus(a: E.Expr, b: E.Expr) -> E.Expr:
 
 
 def _minus(a: E.Expr, b: E.Expr) -> E.Expr:
-    """``a - b``, written ``-b`` when ``a`` is 0."""
+    """``a - b``, written ``-b`` when ``a`` is 0 and ``a + c`` when ``b = -c``."""
+    if isinstance(b, E.Const) and b.value < 0:
+        return E.add(a, E.Const(-b.value, b.dtype))
     return E.neg(b) if isinstance(a, E.Const) and a.value == 0 else E.sub(a, b)
 
 

@@ -17,9 +17,12 @@ Legality.  The outer loop is parallel (lowering guarantees its iterations write 
 elements).  A nested loop joins it only when (1) its bounds are constants and its step is 1,
 (2) it is the whole body of the loop above (a perfect nest), and (3) its variable is an index,
 as a bare variable, of every store in its body to a buffer allocated outside it, and every
-load of such a stored buffer uses exactly the index tuple of a store to it.  Then distinct
-``(outer, inner)`` pairs write distinct elements and read only what they write themselves, so
-the fused iterations are independent.  Scatter loops are never parallel and are left alone.
+load of such a stored buffer uses exactly the index tuple of a store to it, or has the bare
+variable at a position where every store to that buffer has it too (it reads the slice of
+the buffer that only its own iteration writes: a row of phases read back by
+:mod:`.residue_split`).  Then distinct ``(outer, inner)`` pairs write distinct elements and
+read only what they write themselves, so the fused iterations are independent.  Scatter
+loops are never parallel and are left alone.
 
 The pass keeps the program's meaning exactly (the same statements run with the same variable
 values; only the thread that runs them changes).
@@ -143,8 +146,15 @@ def _independent(loop: For) -> bool:
             return False
     for ld in loads:
         if ld.buffer in stores and ld.buffer not in local and ld.indices not in stores[ld.buffer]:
-            return False
+            if not _own_slice(loop.var, stores[ld.buffer], ld.indices):
+                return False
     return True
+
+
+def _own_slice(v: E.Var, stored: list[tuple[E.Expr, ...]], load: tuple[E.Expr, ...]) -> bool:
+    """Whether one position holds the bare ``v`` in ``load`` and in every index of ``stored``."""
+    return any(x == v and all(len(i) == len(load) and i[d] == v for i in stored)
+               for d, x in enumerate(load))
 
 
 def _collect(s: Stmt, stores: dict, loads: list, local: set) -> None:

@@ -10,9 +10,11 @@ from loop_interp import run
 
 import tecomp as tc
 from tecomp import expr as E
-from tecomp.loopir import For, Store
+from tecomp.functor import walk
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Store
 from tecomp.passes.loop_order import coefficient
 from tecomp.passes.residue_split import find_window
+from tecomp.passes.schedule import fuse_parallel, schedule_cpu
 
 I64 = "int64"
 
@@ -86,19 +88,35 @@ def test_convolution_gradients_match_the_evaluator(stride, dil, pad):
 
 @pytest.mark.parametrize("stride,kernel,pad", [(2, 3, 0), (2, 3, 1), (2, 3, 2), (2, 4, 1),
                                                (2, 5, 2), (3, 4, 1), (3, 4, 2), (3, 5, 2)])
-def test_strided_input_gradient_has_no_moving_short_loop(stride, kernel, pad):
+def test_strided_input_gradient_accumulates_phases_with_unit_stride(stride, kernel, pad):
     X, W, H, grads = _conv_grads((1, 2, 21, 20), (3, 2, kernel, kernel), stride, pad, 1)
     func = tc.lower(grads[:1], [X, W, H]).func
-    name = "X_pad_grad" if pad else "X_grad"
-    acc = _accumulating(func, name)
-    assert acc, f"no accumulating loop into {name}"
-    for loop, outer in acc:
+    phases = [b for b in _allocated(func.body) if b.name.endswith("_phases")]
+    assert len(phases) == 1, "no phase-major temporary"
+    (ph,) = phases
+    assert ph.shape[-2] == E.Const(stride, I64)
+    stores = [(x, outer) for x, outer in _loops(func.body)
+              if isinstance(x.body, Store) and x.body.buffer == ph]
+    updates = [(x, outer) for x, outer in stores if x.body.reduce == "sum"]
+    folded = [(x, outer) for x, outer in stores if x.body.reduce is None
+              and any(isinstance(n, BufferLoad) and n.buffer == ph for n in walk(x.body.value))]
+    assert updates and folded, "no window update, or no folded window"
+    for loop, outer in updates + folded:
         assert not _moves_with(loop, outer, stride), f"{loop.var.name} moves with the stride"
-        last = loop.body.indices[-1]
-        assert coefficient(last, loop.var) == stride   # the innermost loop walks one residue
-    residues = [x for x, _ in _loops(func.body) if x.lo == E.Const(0, I64)
-                and x.hi == E.Const(stride, I64)]
-    assert residues, "no loop over the residues modulo the stride"
+        assert coefficient(loop.body.indices[-1], loop.var) == 1   # unit stride in the phase
+    # no store into the gradient itself inside the reduction: only the copy back
+    direct = [x for x, _ in _loops(func.body) if isinstance(x.body, Store)
+              and x.body.buffer.name == "X_grad"]
+    assert len(direct) == 1 and direct[0].body.reduce is None
+
+
+def _allocated(s):
+    if isinstance(s, Allocate):
+        yield s.buffer
+    for x in getattr(s, "stmts", ()):
+        yield from _allocated(x)
+    if hasattr(s, "body"):
+        yield from _allocated(s.body)
 
 
 def _transposed(n: E.Expr | int, stride: int, width: int, name: str = "G"):
@@ -122,7 +140,7 @@ def test_symbolic_size_transposed_convolution(stride, width):
     n = tc.var("n")
     H, W, G = _transposed(n, stride, width)
     func = tc.lower([G], [H, W]).func
-    assert any(x.var.name.endswith("_u") for x, _ in _loops(func.body))
+    assert any(x.var.name == "j_q" for x, _ in _loops(func.body))   # the split fired
     kernel = tc.build([G], [H, W])
     rng = np.random.default_rng(stride * 10 + width)
     for size in (1, 2, 5, 8):
@@ -181,3 +199,69 @@ def test_two_axes_on_the_window_are_left_alone():
     a = _axis(j, E.maximum(0, (j - 1) // 2), E.minimum(15, j // 2) + 1, "a")
     b = _axis(j, E.maximum(0, (j - 1) // 2), E.minimum(15, j // 2) + 1, "b")
     assert find_window((a, b), j) is None
+
+
+# ------------------------------------------------------------- the schedule around the split
+def test_phase_rows_read_back_by_their_own_iteration_are_collapsed():
+    """fuse_parallel: a load of the stored buffer at another element of the iteration's own
+    slice (the copy back from the phases) keeps the loops independent."""
+    b, c, r, x = (E.Var(n, I64) for n in ("b", "c", "r", "x"))
+    c16, c2, c8 = (E.Const(v, I64) for v in (16, 2, 8))
+    P = Buffer("P", (E.Const(1, I64), c16, c2, c8), "float32", "temp")
+    Y = Buffer("Y", (E.Const(1, I64), c16, E.Const(16, I64)), "float32", "output")
+    fill = For(r, E.Const(0, I64), c2, For(x, E.Const(0, I64), c8, Store(
+        P, (b, c, r, x), E.Const(1.0, "float32"))))
+    back = For(x, E.Const(0, I64), E.Const(16, I64), Store(Y, (b, c, x), BufferLoad(
+        P, (b, c, E.mod(x, 2), E.floordiv(x, 2)), "float32")))
+    body = For(b, E.Const(0, I64), E.Const(1, I64), For(c, E.Const(0, I64), c16, Seq((
+        fill, back))), kind="parallel")
+    func = LoweredFunc("f", (), (Y,), (), Allocate(P, body))
+    out = fuse_parallel(func, min_trips=16).body.body
+    assert isinstance(out, For) and out.kind == "parallel" and out.hi == c16
+    # the same read of another row (c + 1 when c < 15) is a cross-iteration dependence
+    other = For(x, E.Const(0, I64), E.Const(16, I64), Store(Y, (b, c, x), BufferLoad(
+        P, (b, E.minimum(c + 1, 15), E.mod(x, 2), E.floordiv(x, 2)), "float32")))
+    body2 = For(b, E.Const(0, I64), E.Const(1, I64), For(c, E.Const(0, I64), c16, Seq((
+        fill, other))), kind="parallel")
+    func2 = LoweredFunc("f", (), (Y,), (), Allocate(P, body2))
+    assert fuse_parallel(func2, min_trips=16).body.body is body2
+
+
+def test_strided_gradient_runs_on_many_parallel_iterations():
+    X, W, H, grads = _conv_grads((1, 4, 16, 16), (8, 4, 3, 3), 2, 1, 1)
+    func = schedule_cpu(tc.lower(grads[:1], [X, W, H]).func)
+    par = [x for x, _ in _loops(func.body) if x.kind == "parallel"]
+    assert par and all(isinstance(x.hi, E.Const) and x.hi.value >= 64 for x in par)
+
+
+# ---------------------------------------------------------------------------- crop absorption
+def test_padded_gradient_is_computed_inside_the_crop():
+    """The padded input gradient is absorbed into its crop: no padded buffer, no copy."""
+    X, W, H, grads = _conv_grads((1, 2, 9, 10), (3, 2, 3, 3), 1, 1, 1)
+    func = tc.lower(grads[:1], [X, W, H]).func
+    assert not [b for b in _allocated(func.body) if "pad" in b.name]
+    X2, W2, H2, grads2 = _conv_grads((1, 2, 9, 10), (3, 2, 3, 3), 1, 1, 1)
+    # read twice (the crop and a second output): the padded gradient keeps its buffer
+    Xp = grads2[0].op.body.tensor
+    both = tc.lower([grads2[0], Xp], [X2, W2, H2]).func
+    assert any(b.name == Xp.name for b in both.outputs)
+
+
+@pytest.mark.parametrize("offsets", [(0, 0), (1, 2), (2, 0)])
+def test_crop_of_a_reduction_matches_the_evaluator(offsets):
+    rng = np.random.default_rng(sum(offsets))
+    A = tc.placeholder((6, 7), name="A")
+    B = tc.placeholder((7, 9), name="B")
+    k = tc.reduce_axis(7, name="k")
+    C = tc.compute((6, 9), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    a, b = offsets
+    D = tc.compute((4, 7), lambda i, j: C[i + a, j + b], name="D")
+    func = tc.lower([D], [A, B]).func
+    assert not list(_allocated(func.body)), "the product was not absorbed into the crop"
+    arrays = [rng.standard_normal((6, 7)).astype(np.float32),
+              rng.standard_normal((7, 9)).astype(np.float32)]
+    (want,) = tc.evaluate([D], dict(zip([A, B], arrays)))
+    (got,) = run(func, arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (compiled,) = tc.build([D], [A, B])(*arrays)
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
