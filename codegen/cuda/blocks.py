@@ -19,7 +19,8 @@ Rule ("where worth it"): the number of outputs is a constant no larger than
 :data:`BLOCK_REDUCE_MAX_OUTPUTS` (with a thread per output, at most 1/16 of an H200's 270 000
 resident threads would have work, each reading its row alone) and the reduction's trip count is
 symbolic or at least :data:`BLOCK_REDUCE_MIN_LENGTH` (two iterations per thread of a 32-thread
-warp; below that a thread per output is as good).
+warp; below that a thread per output is as good).  A trip count that depends on the output
+(``for k in [0, i]``) counts as its largest value over the corners of the output box.
 
 Reductions into thread-invariant destinations (a sum into a scalar; ``Stage.private``) keep
 their grid-stride loop; the thread-private accumulators are combined across the block the same
@@ -49,12 +50,15 @@ neither keeps the thread-per-element mapping.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from tecomp import expr as E
+from tecomp.errors import ArgumentError
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
 
 from ..cstyle import stmt_exprs, walk_expr, walk_stmt
+from ..kernel import eval_int
 
 BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_LENGTH = 64
@@ -121,6 +125,28 @@ def _const_trips(loops: tuple[For, ...]) -> int | None:
     return total
 
 
+def _corner_trips(outer: tuple[For, ...], inner: tuple[For, ...]) -> int | None:
+    """An estimate of the longest reduction when its bounds depend on the (constant) output
+    loops only, e.g. ``for k in [0, i]``: the largest trip count over the corners of the
+    output box (exact for affine bounds), or None (symbolic, or too many loops)."""
+    if len(outer) > 6 or any(_const_trips((lp,)) == 0 for lp in outer):
+        return None
+    ends = [(int(lp.lo.value), int(lp.lo.value) + (_const_trips((lp,)) - 1) * lp.step)
+            for lp in outer]
+    best = 0
+    for corner in itertools.product(*ends):
+        env = {lp.var: x for lp, x in zip(outer, corner)}
+        total = 1
+        try:
+            for lp in inner:
+                lo, hi = eval_int(lp.lo, env), eval_int(lp.hi, env)
+                total *= max(0, -(-(hi - lo) // lp.step))
+        except (ArgumentError, TypeError, ZeroDivisionError):
+            return None
+        best = max(best, total)
+    return best
+
+
 def _reduction_nest(loop: Stmt, acc: Buffer) -> str | None:
     """The combiner when every store of ``loop`` is ``acc <op>= ...`` with one op and nothing
     in it reads ``acc`` or allocates; else None."""
@@ -182,6 +208,8 @@ def match_block_reduce(mapped: list[For], has_atomics: bool) -> BlockReduce | No
     if outputs is None or outputs > BLOCK_REDUCE_MAX_OUTPUTS:
         return None
     length = _const_trips(tuple(inner))
+    if length is None:
+        length = _corner_trips(tuple(mapped), tuple(inner))
     if length is not None and length < BLOCK_REDUCE_MIN_LENGTH:
         return None
     return BlockReduce(tuple(mapped), alloc.buffer, init, tuple(inner), body, op, rest)

@@ -78,6 +78,11 @@ km = tc.reduce_axis(m, name="km")
 prog(Prog("symbolic_length", [tc.compute((4,), lambda i: tc.min(XM[i, km], axis=km),
                                          name="smin")], [XM], lambda r: [_f32(r, 4, 77)],
           rtol=0, atol=0))
+# a reduction whose length depends on the output (cumsum through where=)
+XT = tc.placeholder((200,), name="XT")
+kt = tc.reduce_axis(200, name="kt")
+prog(Prog("triangular", [tc.compute((200,), lambda i: tc.sum(XT[kt], axis=kt, where=kt <= i),
+                                    name="csum")], [XT], lambda r: [_f32(r, 200)], atol=1e-4))
 # full reductions into a scalar: private accumulators combined per block, one atomic a block
 XS = tc.placeholder((9, 70), name="XS")
 ra, rb = tc.reduce_axis(9, name="ra"), tc.reduce_axis(70, name="rb")
@@ -106,7 +111,7 @@ KERNELS = {name: build(p) for name, p in PROGS.items()}
 
 EXPECTED = {"row_sum": ["B"], "row_max_nan": ["B"], "row_min_nan_f64": ["B"], "row_prod_f64": ["B"],
             "row_sum_int32": ["B"], "row_max_int64": ["B"], "two_axes": ["B"],
-            "symbolic_length": ["B"], "scalar_sum": ["S", "P", "S"],
+            "symbolic_length": ["B"], "triangular": ["B"], "scalar_sum": ["S", "P", "S"],
             "scalar_max_nan": ["S", "P", "S"], "scalar_max": ["S", "P", "S"],
             "scalar_min_int32": ["S", "P", "S"], "softmax_rows": ["B", "g", "B", "g"],
             "layer_norm_rows": ["B", "B", "g", "g"]}
@@ -193,6 +198,12 @@ def test_rule_keeps_short_and_wide_reductions_on_threads():
     assert kinds(build(Prog("short", [s1], [short], None))) == ["g"]
     assert kinds(build(Prog("wide", [s2], [wide], None))) == ["g"]
     assert kinds(build(Prog("just", [s3], [just], None))) == ["B"]
+    # the longest row of a triangular reduction decides
+    n_short = blocks.BLOCK_REDUCE_MIN_LENGTH - 1
+    xt = tc.placeholder((n_short,), name="xt")
+    kt2 = tc.reduce_axis(n_short, name="kt2")
+    s4 = tc.compute((n_short,), lambda i: tc.sum(xt[kt2], axis=kt2, where=kt2 <= i), name="s4")
+    assert kinds(build(Prog("tri_short", [s4], [xt], None))) == ["g"]
 
 
 EMU_SOURCE = r"""
