@@ -5,7 +5,9 @@ A Kronecker-sparse factor of pattern ``(a, b, c, d)`` is stored compactly as ``T
 ``[i·b·d + j·d + l, i·c·d + k·d + l]`` is ``T[i, j, k, l]`` (support ``I_a ⊗ 1_{b×c} ⊗ I_d``).
 :func:`kron_sparse_matmul` applies it to a batch with ``a·b·c·d·batch`` multiply-adds.
 :func:`dct` chains the fully real factors of :func:`real_butterfly` (see
-:mod:`tecomp.ops.butterfly_factors` for their construction).
+:mod:`tecomp.ops.butterfly_factors` for their construction), fused in pairs by default
+(:mod:`tecomp.ops.butterfly_fuse`), each stage with its products written out and the input
+permutation as index arithmetic (:mod:`tecomp.ops.butterfly_gather`).
 """
 
 from __future__ import annotations
