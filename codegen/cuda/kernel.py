@@ -12,7 +12,9 @@ rules) and replaces the call: it schedules the lowered program into kernels
    arrays of the caller's library (``torch.empty`` on the tensor's device for PyTorch,
    ``cupy.empty`` for CuPy, a :class:`~.runtime.DeviceArray` otherwise), or uses ``out=``;
 3. allocates the temporaries, launches one kernel per stage in program order on the default
-   stream, copies NumPy outputs back and frees what it allocated.
+   stream (grid-stride stages get blocks for a few waves; block reductions a block per output
+   and tiled contractions a block of ``TILE_THREADS`` per output tile, up to the same cap),
+   copies NumPy outputs back and frees what it allocated.
 
 With device outputs the call returns without waiting for the kernels (as PyTorch and CuPy do);
 ``DeviceArray.get()`` waits.  Building needs no GPU: ``source`` is the CUDA C, and the source

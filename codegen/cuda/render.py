@@ -13,7 +13,8 @@ a grid-stride loop over the flattened iteration space of its mapped loops::
     }
 
 so any grid size is correct (the host picks one from the sizes).  A serial stage runs on
-thread 0 of block 0.
+thread 0 of block 0.  Block reductions and tiled contractions (:mod:`.blocks`) are rendered by
+:mod:`.render_blocks`.
 
 Types: float16 buffers hold ``__half`` (``cuda_fp16.h``), computed in float.  bfloat16 buffers
 passed in or out hold float32, as NumPy stores bfloat16 in tecomp (``dtypes.to_numpy``);
