@@ -1,6 +1,9 @@
 """Residue splitting of sliding sum windows (passes/residue_split.py): convolution gradients
 for strides, dilations and paddings against the evaluator (loop interpreter and LLVM), the
-split visible in the loop IR, symbolic sizes, and the cases that keep the loop-order form."""
+split visible in the loop IR, symbolic sizes, and the cases that keep the loop-order form;
+with the passes that shape the same gradients: crop absorption (passes/absorb_crop.py),
+flattened strided weight sums (passes/flatten_sum.py) and the parallel collapsing of the
+split stage (passes/schedule.py)."""
 
 from __future__ import annotations
 
@@ -265,3 +268,29 @@ def test_crop_of_a_reduction_matches_the_evaluator(offsets):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     (compiled,) = tc.build([D], [A, B])(*arrays)
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------- flattened strided weight sums
+@pytest.mark.parametrize("stride,dil,pad", [(2, 1, 1), (2, 2, 0), (3, 1, 2)])
+def test_strided_weight_gradient_is_a_flat_dot_over_staged_columns(stride, dil, pad):
+    rng = np.random.default_rng(7 * stride + dil + pad)
+    X, W, H, grads = _conv_grads((1, 3, 20, 21), (5, 3, 3, 3), stride, pad, dil)
+    low = tc.lower(grads[1:], [X, W, H])
+    cols = [b for b in _allocated(low.func.body) if b.name.endswith("_cols")]
+    assert len(cols) == 1, "the strided read of the weight gradient was not staged"
+    acc = [x for x, _ in _loops(low.func.body) if isinstance(x.body, Store)
+           and x.body.reduce == "sum"]
+    assert len(acc) == 1 and isinstance(acc[0].hi, E.Const) and acc[0].hi.value >= 64
+    arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
+              for t in (X, W, H)]
+    (want,) = tc.evaluate(grads[1:], dict(zip([X, W, H], arrays)))
+    (got,) = run(low.func, arrays, constants=low.constants)
+    (compiled,) = tc.build(grads[1:], [X, W, H])(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-4)
+
+
+def test_unit_stride_weight_gradient_is_not_staged():
+    X, W, H, grads = _conv_grads((1, 3, 20, 21), (5, 3, 3, 3), 1, 1, 1)
+    low = tc.lower(grads[1:], [X, W, H])
+    assert not [b for b in _allocated(low.func.body) if b.name.endswith("_cols")]
