@@ -25,7 +25,7 @@ which later passes can see through; a dense one as a ``tc.constant`` tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -133,17 +133,29 @@ def constant_stage(m: np.ndarray, name: str, dtype: str, names: Any) -> Tensor:
     return new_stage(name, [i, j], body)
 
 
-def seed_tangent(dec: Decomposition, x: Tensor, names: Any) -> TangentTensor | ExprTangent:
-    """The DOF seed ``g_x[b..., n, k] = L[k, n]`` (see the module docstring)."""
+def seed_tangent(dec: Decomposition, x: Tensor, names: Any,
+                 block: int | None = None) -> TangentTensor | ExprTangent:
+    """The DOF seed ``g_x[b..., n, k] = L[k, n]`` (see the module docstring).  With ``block``
+    the rank axis is split in two direction axes, ``k = kb * block + ki``; rows of ``L`` past
+    its rank (the padding of the last block) are zero."""
     L = dec.L
     r, n = L.shape
     nb = x.ndim - 1
+
+    def k_of(ix: Sequence[E.Expr]) -> E.Expr:
+        return ix[nb + 1] if block is None else E.add(E.mul(ix[nb + 1], block), ix[nb + 2])
     if r == n and np.count_nonzero(L - np.diag(np.diag(L))) == 0:
         scale = np.diag(L)
         if np.all(scale == 1.0):
-            return ExprTangent(lambda ix: E.delta(ix[nb], ix[nb + 1], x.dtype))
+            return ExprTangent(lambda ix: E.delta(ix[nb], k_of(ix), x.dtype))
+        if block is not None:
+            scale = np.concatenate([scale, np.zeros(-r % block)])
         col = constant(scale, name=f"dof_l_{x.name}", dtype=x.dtype)
-        return ExprTangent(lambda ix: E.mul(E.TensorRead(col, (ix[nb + 1],), x.dtype),
-                                            E.delta(ix[nb], ix[nb + 1], x.dtype)))
-    lt = constant_stage(L.T, f"dof_L_{x.name}", x.dtype, names)
-    return TangentTensor(lt, (nb, nb + 1))
+        return ExprTangent(lambda ix: E.mul(E.TensorRead(col, (k_of(ix),), x.dtype),
+                                            E.delta(ix[nb], k_of(ix), x.dtype)))
+    if block is None:
+        lt = constant_stage(L.T, f"dof_L_{x.name}", x.dtype, names)
+        return TangentTensor(lt, (nb, nb + 1))
+    lt3 = np.concatenate([L, np.zeros((-r % block, n))]).T.reshape(n, -1, block)
+    return TangentTensor(constant(lt3, name=f"dof_L_{x.name}", dtype=x.dtype),
+                         (nb, nb + 1, nb + 2))

@@ -186,7 +186,8 @@ def _call(e: E.Call, c: DofContext, b: frozenset) -> Pair:
     if e.name == "abs":                                         # abs'' = 0 a.e.
         return E.mul(f1, gu), E.mul(f1, su)
     f2 = UNARY_D2[e.name](u, y, f1)
-    return E.mul(f1, gu), E.add(E.mul(f1, su), E.mul(f2, c.q(gu, gu)))
+    gram = c.hoist(c.q(gu, gu), b, f"q_{c.primal.name}")      # a stage: a reduction of its own
+    return E.mul(f1, gu), E.add(E.mul(f1, su), E.mul(f2, gram))
 
 
 def _scaled_layer(e: E.Call, c: DofContext, b: frozenset, u: E.Expr, y: E.Expr, f1: E.Expr,
@@ -195,13 +196,15 @@ def _scaled_layer(e: E.Call, c: DofContext, b: frozenset, u: E.Expr, y: E.Expr, 
     tangent ``g = f'(z) g_z`` is one stage (the scaled contraction, no ``g_z`` buffer) and
     the second-order term is ``f''/f'^2 Q(g, g) = (f''/f') Q(g, g) / f'``.
 
-    Only for the ``f`` of :data:`UNARY_D2_RATIO` (``f' = 0`` implies ``f'' = 0``) and when
-    ``g_z`` uses every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper,
+    Only in the width-last tangent layout (where the scaled sum runs at unit stride), for the
+    ``f`` of :data:`UNARY_D2_RATIO` (``f' = 0`` implies ``f'' = 0``), and when ``g_z`` uses
+    every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper,
     batch-invariant Gram of a first layer).  Where ``f'^2`` is below the smallest normal
     number the term is taken as 0: it is then ``f''/f' * f' Q(g_z, g_z)`` with ``|f'| <
     1e-154`` in float64 (``tanh'`` is exactly 0 or above 1e-16 there)."""
     ratio = UNARY_D2_RATIO.get(e.name)
-    if ratio is None or e.dtype not in _TINY or not c.g_read_on or not contains_reduce(gu):
+    if (ratio is None or e.dtype not in _TINY or not c.layout.width_last or not c.g_read_on
+            or not contains_reduce(gu)):
         return None
     axis_vars = {a.var for a in c.axes}
     used = free_vars(gu)

@@ -77,9 +77,9 @@ def test_first_layer_tangent_is_batch_invariant(rng):
     x, u, vals = build(net_mlp2, 3, rng)
     op = tc.laplacian(u, x)
     stages = {t.name: t for t in topo_order([op])}
-    # g of the first layer's pre-activation, sum_n W[j, n] L[k, n]: one (width, r) stage
+    # g of the first layer's pre-activation, sum_n W[j, n] L[k, n]: one (r, width) stage
     inv = [t for name, t in stages.items() if name.startswith("g_h0")
-           and tuple(int(d.value) for d in t.shape) == (5, 3)]
+           and tuple(int(d.value) for d in t.shape) == (3, 5)]
     assert inv, sorted(stages)
     assert all(r.tensor is not x for r in walk(inv[0].op.body) if isinstance(r, E.TensorRead))
 

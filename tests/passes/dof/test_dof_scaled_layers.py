@@ -1,16 +1,18 @@
-"""DOF's tangent layout (direction axis before the width) and its scaled layers (seed eq. 23:
-``g_T = f'(z) * sum(...)`` as one stage, second-order term ``(f''/f') Q(g_T, g_T) / f'``),
-checked in float64 against the Hessian method and second differences: every activation of
-the scaled form, saturated units where ``f' = 0``, a large rank, built kernels, float32 and
-reverse mode through the result."""
+"""DOF's tangent layouts (direction axis before the width for narrow networks, last for wide
+ones) and its scaled layers (seed eq. 23: ``g_T = f'(z) * sum(...)`` as one stage, second-order
+term ``(f''/f') Q(g_T, g_T) / f'``), checked in float64 against the Hessian method and second
+differences: every activation of the scaled form, saturated units where ``f' = 0``, a large
+rank, built kernels, float32, reverse mode through the result, and the rank-last layout forced
+on every test network."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from dof_nets import matrices, mlp, operator_fd, ph
+from dof_nets import NETS, matrices, mlp, operator_fd, ph
 
 import tecomp as tc
+import tecomp.passes.dof.propagate as dof_propagate
 from tecomp import expr as E
 from tecomp.functor import topo_order
 from tecomp.passes.dof.rules import UNARY_D2_RATIO
@@ -72,7 +74,7 @@ def test_scaled_layers_match_hessian_and_fd(act, kind, rng):
 def test_tangent_layout_puts_the_direction_axis_before_the_width(rng):
     x, u, _ = _net(tc.tanh, rng, n=4, widths=(5, 6, 3), b=2)
     st = _stages(tc.laplacian(u, x))
-    assert _shape(st["g_h0_arg"]) == (5, 4)        # batch-invariant: (width, r)
+    assert _shape(st["g_h0_arg"]) == (4, 5)        # batch-invariant: (r, width)
     assert _shape(st["g_h0"]) == (2, 4, 5)         # (batch, r, width)
     assert _shape(st["g_h1"]) == (2, 4, 6)
     assert _shape(st["g_h2_arg"]) == (2, 4, 3)
@@ -103,7 +105,7 @@ def test_saturated_units_where_the_derivative_vanishes(rng):
 def test_last_layer_before_a_linear_readout_keeps_the_plain_form(rng):
     x, u, _ = _net(tc.tanh, rng, widths=(5, 4))
     st = _stages(tc.laplacian(u, x))
-    assert "g_h1_arg" in st and not any(name.startswith("q_") for name in st), sorted(st)
+    assert "g_h1_arg" in st and "g_h1" not in st, sorted(st)
 
 
 def test_large_rank_built_kernel_and_float32(rng):
@@ -143,3 +145,54 @@ def test_gradient_through_scaled_layers(rng):
         return float(tc.evaluate([loss], {**vals, W1: vals[W1] + h * d})[0])
     fd = (at(1e-5) - at(-1e-5)) / 2e-5
     assert abs(float(np.sum(g * d)) - fd) <= 1e-6 * (abs(fd) + 1.0)
+
+
+@pytest.fixture
+def rank_last(monkeypatch):
+    """The layout of wide networks (rank axis last, plain layer form), forced on small ones."""
+    monkeypatch.setattr(dof_propagate, "WIDTH_LAST_MAX_BYTES", 0)
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_rank_last_layout_matches_hessian_method(net, rng, rank_last):
+    n, b = 4, 3
+    x = ph((b, n), "x")
+    vals = {}
+    u = NETS[net](x, rng, vals)
+    vals[x] = rng.uniform(0.2, 1.0, (b, n)) * rng.choice([-1.0, 1.0], (b, n))
+    for kind, A in matrices(rng, n).items():
+        op = tc.diff_operator(u, x, A)
+        got = tc.evaluate([op], vals)[0]
+        ref = tc.evaluate([tc.diff_operator(u, x, A, method="hessian")], vals)[0]
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12, err_msg=kind)
+
+
+def test_rank_last_layout_shapes_and_built_kernel(rng, rank_last):
+    x, u, vals = _net(tc.tanh, rng, n=4, widths=(5, 6, 3), b=2)
+    op = tc.laplacian(u, x)
+    st = _stages(op)
+    assert _shape(st["g_h0_arg"]) == (5, 4)        # (width, r)
+    assert _shape(st["g_h1_arg"]) == (2, 6, 4)     # (batch, width, r): the plain form
+    assert _shape(st["g_h1"]) == (2, 6, 4)
+    inputs = list(vals)
+    (got,) = tc.build([op], inputs)(*[vals[t] for t in inputs])
+    ref = tc.evaluate([tc.laplacian(u, x, method="hessian")], vals)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def _one_layer_g_shape(width):
+    x = ph((2, 3), "x")
+    W = ph((width, 3), "W")
+    k = tc.reduce_axis(3, "k")
+    h = tc.compute((2, width), lambda b, j: tc.tanh(tc.sum(W[j, k] * x[b, k], axis=k)),
+                   name="h")
+    m = tc.reduce_axis(width, "m")
+    u = tc.compute((2,), lambda b: tc.sum(h[b, m], axis=m), name="u")
+    return _shape(_stages(tc.laplacian(u, x))["g_h_arg"])
+
+
+def test_layout_follows_the_width():
+    """Width-last up to WIDTH_LAST_MAX_BYTES of width^2 float64 entries, rank-last above."""
+    limit = int(np.sqrt(dof_propagate.WIDTH_LAST_MAX_BYTES / 8))
+    assert _one_layer_g_shape(limit) == (3, limit)
+    assert _one_layer_g_shape(limit + 1) == (limit + 1, 3)
