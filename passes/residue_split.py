@@ -252,7 +252,7 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
         dst, lead = buf, outer
         zero = [For(q, conv(jlo), conv(jhi), Store(buf, outer + (q,), _zero(buf)))]
 
-    def phase(rv: int) -> Stmt:
+    def phase(rv: int) -> Stmt | None:
         res = E.Const(rv, j.dtype)
         jq = E.add(E.mul(s, q), res) if s > 1 else q
         at = lead + ((E.Const(rv, j.dtype), conv(E.sub(q, base))) if s > 1 else (q,))
@@ -282,10 +282,13 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
             for ax in reversed(inner):
                 st = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), st)
             return For(u, conv(ulo), conv(uhi), st)
+        if uhi.value <= ulo.value:
+            return None  # no term reaches this residue: its phase stays zero
         return _folded(q, u, int(ulo.value), int(uhi.value), q_range,
                        lambda uv: Store(dst, at, term(uv), "sum"), dst, at, term)
 
-    stmt: Stmt = _seq([phase(rv) for rv in range(s)])
+    parts = [x for x in (phase(rv) for rv in range(s)) if x is not None]
+    stmt: Stmt = _seq(parts)
     for ax in reversed(raxes[:win.index]):
         stmt = For(ax.var, conv(ax.lo), conv(upper(ax.lo, ax.extent)), stmt)
     if s == 1:

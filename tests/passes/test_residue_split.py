@@ -294,3 +294,20 @@ def test_unit_stride_weight_gradient_is_not_staged():
     X, W, H, grads = _conv_grads((1, 3, 20, 21), (5, 3, 3, 3), 1, 1, 1)
     low = tc.lower(grads[1:], [X, W, H])
     assert not [b for b in _allocated(low.func.body) if b.name.endswith("_cols")]
+
+
+@pytest.mark.parametrize("stride,kernel,dil,pad", [(2, 1, 1, 0), (2, 2, 1, 1), (3, 2, 1, 0),
+                                                   (3, 1, 1, 1), (2, 2, 2, 1), (4, 3, 1, 1)])
+def test_residues_that_no_term_reaches(stride, kernel, dil, pad):
+    """Kernels no wider than the stride leave some phases without terms (they stay zero)."""
+    rng = np.random.default_rng(stride * 100 + kernel * 10 + dil + pad)
+    X, W, H, grads = _conv_grads((1, 2, 14, 15), (3, 2, kernel, kernel), stride, pad, dil)
+    arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
+              for t in (X, W, H)]
+    want = tc.evaluate(grads, dict(zip([X, W, H], arrays)))
+    low = tc.lower(grads, [X, W, H])
+    got = run(low.func, arrays, constants=low.constants)
+    compiled = tc.build(grads, [X, W, H])(*arrays)
+    for g, c, w in zip(got, compiled, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(c, w, rtol=1e-5, atol=1e-5)
