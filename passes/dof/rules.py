@@ -198,10 +198,10 @@ def _scaled_layer(e: E.Call, c: DofContext, b: frozenset, u: E.Expr, y: E.Expr, 
 
     Only in the width-last tangent layout (where the scaled sum runs at unit stride), for the
     ``f`` of :data:`UNARY_D2_RATIO` (``f' = 0`` implies ``f'' = 0``), and when ``g_z`` uses
-    every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper,
-    batch-invariant Gram of a first layer).  Where ``f'^2`` is below the smallest normal
-    number the term is taken as 0: it is then ``f''/f' * f' Q(g_z, g_z)`` with ``|f'| <
-    1e-154`` in float64 (``tanh'`` is exactly 0 or above 1e-16 there)."""
+    every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper, batch-invariant Gram
+    of a first layer).  Where ``f'^2`` is below the smallest normal number the term is taken
+    as 0: it is then ``(f''/f') f' Q(g_z, g_z)`` with ``|f'| < 1e-154`` in float64 (``tanh' =
+    1 - tanh^2`` is either exactly 0 there or above 1e-16)."""
     ratio = UNARY_D2_RATIO.get(e.name)
     if (ratio is None or e.dtype not in _TINY or not c.layout.width_last or not c.g_read_on
             or not contains_reduce(gu)):
