@@ -236,8 +236,9 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
         return materialize(None, output, name=name)
     names = Names([output])
     order = topo_order([output])
-    widths = [int(t.shape[-1].value) for t in order if id(t) in depends and t is not x
-              and t.ndim and isinstance(t.shape[-1], E.Const)]
+    widths = [int(t.shape[-1].value) for t in order          # last axes that are no batch
+              if t is not x and t.ndim - 1 not in depends.get(id(t), (t.ndim - 1,))
+              and isinstance(t.shape[-1], E.Const)]
     layout = RankLayout.make(dec, names, widths, dtypes.to_numpy(x.dtype).itemsize)
     gmap: dict[int, TangentTensor | ExprTangent] = {
         id(x): seed_tangent(dec, x, names, layout.block)}

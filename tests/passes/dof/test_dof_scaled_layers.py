@@ -192,7 +192,16 @@ def _one_layer_g_shape(width):
 
 
 def test_layout_follows_the_width():
-    """Width-last up to WIDTH_LAST_MAX_BYTES of width^2 float64 entries, rank-last above."""
+    """Width-last up to WIDTH_LAST_MAX_BYTES of width^2 float64 entries, rank-last above;
+    a large batch (the output's only axis) is no width."""
     limit = int(np.sqrt(dof_propagate.WIDTH_LAST_MAX_BYTES / 8))
     assert _one_layer_g_shape(limit) == (3, limit)
     assert _one_layer_g_shape(limit + 1) == (limit + 1, 3)
+    x = ph((2 * limit, 3), "x")
+    W = ph((4, 3), "W")
+    k = tc.reduce_axis(3, "k")
+    h = tc.compute((2 * limit, 4), lambda b, j: tc.tanh(tc.sum(W[j, k] * x[b, k], axis=k)),
+                   name="h")
+    m = tc.reduce_axis(4, "m")
+    u = tc.compute((2 * limit,), lambda b: tc.sum(h[b, m], axis=m), name="u")
+    assert _shape(_stages(tc.laplacian(u, x))["g_h_arg"]) == (3, 4)
