@@ -9,7 +9,8 @@ reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
 2. Cheap element-wise stages are inlined into their consumers (:mod:`.inline`), and a stage
    whose only reader is a crop of it is computed by that reader (:mod:`.absorb_crop`).  Short
    sums over several axes with strided reads become one flat sum over staged columns
-   (:mod:`.flatten_sum`, which adds the gather stages).
+   (:mod:`.flatten_sum`), and sums that read with a stride along a short output row are
+   computed over the flattened output grid (:mod:`.flatten_rows`); both add gather stages.
 3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sums whose window slides with
    the last axis are split by residues (:mod:`.residue_split`), other sums over the
    unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
@@ -64,6 +65,7 @@ from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .absorb_crop import absorb_crops
+from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
 from .loop_order import reorder_sum
@@ -258,7 +260,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
 
     exprs, inlined = inline_stages(stages, keep={id(t) for t in outs})
     absorb_crops(stages, exprs, inlined, keep={id(t) for t in outs})
-    stages = flatten_sums(stages, exprs, inlined)
+    stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined)
     items: list = []
     for t in stages:
         if id(t) in inlined:

@@ -2,8 +2,8 @@
 for strides, dilations and paddings against the evaluator (loop interpreter and LLVM), the
 split visible in the loop IR, symbolic sizes, and the cases that keep the loop-order form;
 with the passes that shape the same gradients: crop absorption (passes/absorb_crop.py),
-flattened strided weight sums (passes/flatten_sum.py) and the parallel collapsing of the
-split stage (passes/schedule.py)."""
+flattened strided weight sums (passes/flatten_sum.py), flattened rows of a strided forward
+(passes/flatten_rows.py) and the parallel collapsing of the split stage (passes/schedule.py)."""
 
 from __future__ import annotations
 
@@ -311,3 +311,39 @@ def test_residues_that_no_term_reaches(stride, kernel, dil, pad):
     for g, c, w in zip(got, compiled, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(c, w, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------- flattened rows of a strided forward
+def _conv(shape, wshape, stride, pad, dil):
+    X = tc.placeholder(shape, name="X")
+    W = tc.placeholder(wshape, name="W")
+    return X, W, tc.ops.conv2d(X, W, stride=stride, padding=pad, dilation=dil)
+
+
+@pytest.mark.parametrize("stride,dil,pad,size", [(2, 1, 1, (20, 21)), (2, 2, 0, (24, 19)),
+                                                 (3, 1, 2, (30, 26))])
+def test_strided_convolution_is_a_product_with_long_rows(stride, dil, pad, size):
+    rng = np.random.default_rng(stride + 10 * dil + 100 * pad)
+    X, W, Y = _conv((1, 3) + size, (6, 3, 3, 3), stride, pad, dil)
+    low = tc.lower([Y], [X, W])
+    names = [b.name for b in _allocated(low.func.body)]
+    assert "conv2d_cols" in names and "conv2d_rows" in names
+    acc = [x for x, _ in _loops(low.func.body) if isinstance(x.body, Store)
+           and x.body.reduce == "sum"]
+    rows = int(Y.shape[2].value) * int(Y.shape[3].value)
+    assert acc and all(x.hi == E.Const(rows, I64) for x in acc)   # one long row per sum
+    arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
+              for t in (X, W)]
+    (want,) = tc.evaluate([Y], dict(zip([X, W], arrays)))
+    (got,) = run(low.func, arrays, constants=low.constants)
+    (compiled,) = tc.build([Y], [X, W])(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride,channels", [(1, 6), (2, 2)])
+def test_unit_stride_or_unshared_convolution_is_not_flattened(stride, channels):
+    """Stride 1 has no strided read; two output channels reuse the columns too little."""
+    X, W, Y = _conv((1, 3, 20, 21), (channels, 3, 3, 3), stride, 1, 1)
+    names = [b.name for b in _allocated(tc.lower([Y], [X, W]).func.body)]
+    assert "conv2d_cols" not in names and "conv2d_rows" not in names
