@@ -135,11 +135,30 @@ def best_grouping(patterns: Sequence[Sequence[int]], max_group: int = 2) -> list
 
 
 def auto_grouping(patterns: Sequence[Sequence[int]]) -> list[int]:
-    """The grouping ``dct`` uses by default: adjacent pairs (``best_grouping(patterns, 2)``).
+    """The grouping ``dct`` uses by default: adjacent pairs, and for an odd chain length the
+    last three factors (the input end) as one, so that no factor stays alone; falls back to
+    ``best_grouping(patterns, 2)`` when that triple cannot be fused.
 
-    Measured with unrolled stages (one thread, batch 128, float64; see
-    ``benchmarks/bench_butterfly.py``), pairs were the fastest or within noise of the fastest
-    for ``n`` from 256 to 4096 among the groupings into factors of at most 16 columns per
-    block.
+    Pairs keep the fewest multiply-adds (see above) with half the passes over the batch; a
+    triple at the input end costs as many multiply-adds as a pair next to a single factor
+    and saves one pass.  Measured with unrolled stages (one thread, batch 128, float64,
+    ``benchmarks/bench_butterfly.py``): the fastest or within noise of the fastest of the
+    groupings tried for ``n`` from 256 to 8192 (e.g. ``n = 2048``: ``[2, 2, 2, 2, 3]`` 1.14x
+    SciPy's time, ``[2, 2, 2, 2, 2, 1]`` 1.24x); triples elsewhere, or larger groups, were
+    slower at ``n = 256`` (1.3x the time of pairs) and no faster above.
     """
-    return best_grouping(patterns, 2)
+    pats = [tuple(int(v) for v in p) for p in patterns]
+    L = len(pats)
+    if L % 2 == 0 or L < 3:
+        return best_grouping(pats, 2)
+    sizes = [2] * ((L - 3) // 2) + [3]
+    try:
+        start = 0
+        for g in sizes:
+            p = pats[start]
+            for q in pats[start + 1:start + g]:
+                p = fused_pattern(p, q)
+            start += g
+    except ValueError:
+        return best_grouping(pats, 2)
+    return sizes

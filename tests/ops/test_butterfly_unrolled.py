@@ -120,6 +120,15 @@ def test_unrolled_stages_keep_their_buffers():
 def test_auto_grouping_and_dct_default(rng):
     _, patterns, _, _ = real_butterfly(256, "dct2")
     assert auto_grouping(patterns) == best_grouping(patterns, 2) == [2, 2, 2, 2]
+    # odd length: the input end as one triple; a triple that cannot fuse falls back to pairs
+    assert auto_grouping(real_butterfly(512, "dct2")[1]) == [2, 2, 2, 3]
+    assert auto_grouping(real_butterfly(8, "dct2")[1]) == [3]
+    assert auto_grouping([(2, 2, 3, 1), (3, 2, 2, 1), (1, 6, 1, 1)]) == [1, 1, 1]
+    for n in (8, 512):
+        x = rng.standard_normal((n, 3))
+        Xn = tc.placeholder((n, 3), name="Xn", dtype=F64)
+        y = tc.build(tc.ops.dct(Xn, "dst2"), [Xn])(x)
+        assert np.max(np.abs(y - sfft.dst(x, 2, norm="ortho", axis=0))) <= 1e-12
     x = rng.standard_normal((256, 5))
     X = tc.placeholder((256, 5), name="X", dtype=F64)
     y = tc.build(tc.ops.dct(X), [X])(x)
