@@ -21,8 +21,10 @@ load of such a stored buffer uses exactly the index tuple of a store to it, or h
 variable at a position where every store to that buffer has it too (it reads the slice of
 the buffer that only its own iteration writes: a row of phases read back by
 :mod:`.residue_split`).  Then distinct ``(outer, inner)`` pairs write distinct elements and
-read only what they write themselves, so the fused iterations are independent.  Scatter
-loops are never parallel and are left alone.
+read only what they write themselves, so the fused iterations are independent.  A nested
+loop with a step ``R > 1`` (rows blocked by :mod:`.schedule_tile`) joins under the same
+condition with ``v + c`` (``0 <= c < R``) in place of the bare variable: its iterations own
+disjoint blocks of ``R`` slices.  Scatter loops are never parallel and are left alone.
 
 The pass keeps the program's meaning exactly (the same statements run with the same variable
 values; only the thread that runs them changes).
@@ -103,7 +105,7 @@ def _fuse(loop: For, min_trips: int, names: set[str]) -> Stmt:
         return loop
     while total < min_trips:
         inner = chain[-1].body
-        if not (isinstance(inner, For) and inner.step == 1 and _trips(inner) is not None
+        if not (isinstance(inner, For) and _trips(inner) is not None
                 and _const(inner.lo) == 0 and _independent(inner)):
             break
         chain.append(inner)
@@ -122,6 +124,8 @@ def _fuse(loop: For, min_trips: int, names: set[str]) -> Stmt:
                                                             "int64")
         if s is not chain[0]:
             idx = E.Mod(idx, E.Const(n, "int64"), "int64")
+        if s.step != 1:
+            idx = E.Mul(idx, E.Const(s.step, "int64"), "int64")
         body = LetStmt(s.var, _as(idx, s.var.dtype), body)
         stride *= n
     return For(fused, E.Const(0, fused.dtype), E.Const(total, fused.dtype), body,
@@ -139,6 +143,11 @@ def _independent(loop: For) -> bool:
     loads: list[BufferLoad] = []
     local: set[Buffer] = set()
     _collect(loop.body, stores, loads, local)
+    if loop.step != 1:  # a blocked loop: each iteration owns the slices [v, v + step)
+        return all(buf in local or _own_slice(loop.var, idxs, idxs[0], loop.step)
+                   for buf, idxs in stores.items()) and all(
+            ld.buffer not in stores or ld.buffer in local
+            or _own_slice(loop.var, stores[ld.buffer], ld.indices, loop.step) for ld in loads)
     for buf, idxs in stores.items():
         if buf in local:
             continue
@@ -151,10 +160,21 @@ def _independent(loop: For) -> bool:
     return True
 
 
-def _own_slice(v: E.Var, stored: list[tuple[E.Expr, ...]], load: tuple[E.Expr, ...]) -> bool:
-    """Whether one position holds the bare ``v`` in ``load`` and in every index of ``stored``."""
-    return any(x == v and all(len(i) == len(load) and i[d] == v for i in stored)
+def _own_slice(v: E.Var, stored: list[tuple[E.Expr, ...]], load: tuple[E.Expr, ...],
+               step: int = 1) -> bool:
+    """Whether one position holds ``v + c`` (``0 <= c < step``; the bare ``v`` for step 1) in
+    ``load`` and in every index of ``stored``."""
+    return any(_offset(x, v, step) and all(len(i) == len(load) and _offset(i[d], v, step)
+                                           for i in stored)
                for d, x in enumerate(load))
+
+
+def _offset(e: E.Expr, v: E.Var, step: int) -> bool:
+    """Whether ``e`` is ``v`` or ``v + c`` with a constant ``0 <= c < step``."""
+    if e == v:
+        return True
+    return (isinstance(e, E.Add) and e.a == v and isinstance(e.b, E.Const)
+            and not isinstance(e.b.value, (bool, float)) and 0 <= e.b.value < step)
 
 
 def _collect(s: Stmt, stores: dict, loads: list, local: set) -> None:

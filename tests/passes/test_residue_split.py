@@ -347,3 +347,22 @@ def test_unit_stride_or_unshared_convolution_is_not_flattened(stride, channels):
     X, W, Y = _conv((1, 3, 20, 21), (channels, 3, 3, 3), stride, 1, 1)
     names = [b.name for b in _allocated(tc.lower([Y], [X, W]).func.body)]
     assert "conv2d_cols" not in names and "conv2d_rows" not in names
+
+
+def test_blocked_rows_join_the_parallel_loop():
+    """fuse_parallel: a loop of step 4 whose iterations write rows v .. v + 3 joins; one that
+    writes v + 4 (the next block's row) does not."""
+    b, f, p = (E.Var(n, I64) for n in ("b", "f", "p"))
+    T = Buffer("T", (E.Const(1, I64), E.Const(32, I64), E.Const(8, I64)), "float32", "output")
+
+    def nest(offsets):
+        rows = Seq(tuple(Store(T, (b, f + c if c else f, p), BufferLoad(
+            T, (b, f + c if c else f, p), "float32")) for c in offsets))
+        return For(b, E.Const(0, I64), E.Const(1, I64), For(
+            f, E.Const(0, I64), E.Const(32, I64), For(p, E.Const(0, I64), E.Const(8, I64),
+                                                      rows), step=4), kind="parallel")
+
+    out = fuse_parallel(LoweredFunc("f", (), (T,), (), nest((0, 1, 2, 3))), min_trips=8).body
+    assert isinstance(out, For) and out.kind == "parallel" and out.hi == E.Const(8, I64)
+    bad = nest((0, 4))
+    assert fuse_parallel(LoweredFunc("f", (), (T,), (), bad), min_trips=8).body is bad
