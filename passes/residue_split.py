@@ -214,10 +214,10 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     does not apply or does not pay.
 
     ``conv`` converts reduction-free tensor-IR expressions to loop IR; ``taken`` holds the
-    names new loop variables must not take (the size parameters).  With ``fresh`` (a source
-    of unused buffer names) and a stride above 1, the phases accumulate into a phase-major
-    temporary (see :func:`_phase_nest`); without it they accumulate into ``buf`` directly,
-    with stride ``s``.
+    names new loop variables must not take (the size parameters); ``fresh`` gives unused
+    buffer names for the phase-major temporary (without it, strides above 1 are left to the
+    loop-order pass).  A window with a ``where``, reduction axes after ``k`` or a window
+    width that is not a constant per residue keeps a loop over ``u`` instead of the fold.
     """
     if not axes or not isinstance(body, E.Reduce) or body.combiner != "sum":
         return None
@@ -229,7 +229,7 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     j_ax = axes[-1]
     j = j_ax.var
     win = find_window(raxes, j)
-    if win is None:
+    if win is None or any(ax.lo != E.Const(0, ax.lo.dtype) for ax in axes):
         return None
     names |= {ax.var.name for ax in raxes} | {v.name for v in free_vars(body)}
     q, u = (_fresh(f"{j.name}_{x}", names, j.dtype) for x in ("q", "u"))
@@ -244,7 +244,7 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
         shape = tuple(conv(ax.extent) for ax in axes[:-1]) + (
             E.Const(s, j.dtype), conv(E.sub(_q_bound(jhi, E.Const(0, j.dtype), s), base)))
         dst = Buffer(fresh(f"{buf.name}_phases"), shape, buf.dtype, "temp")
-        lead = tuple(_minus(ax.var, ax.lo) for ax in axes[:-1])
+        lead = outer
         zero: list[Stmt] = [For(q, E.Const(0, j.dtype), shape[-1],
                                 Store(dst, lead + (E.Const(rv, j.dtype), q), _zero(buf)))
                             for rv in range(s)]

@@ -366,3 +366,28 @@ def test_blocked_rows_join_the_parallel_loop():
     assert isinstance(out, For) and out.kind == "parallel" and out.hi == E.Const(8, I64)
     bad = nest((0, 4))
     assert fuse_parallel(LoweredFunc("f", (), (T,), (), bad), min_trips=8).body is bad
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_window_with_a_where_keeps_its_guard(stride):
+    n = 9
+    H = tc.placeholder((n,), name="H")
+    W = tc.placeholder((stride + 2,), name="W")
+    width = stride + 2
+
+    def body(j):
+        lo = E.maximum(0, (j - (width - 1) + stride - 1) // stride)
+        k = tc.reduce_axis((lo, E.minimum(n - 1, j // stride) + 1), name="k")
+        return tc.sum(H[k] * W[j - stride * k], axis=k, where=tc.ne(k, 3))
+
+    G = tc.compute((stride * (n - 1) + width,), body, name="G")
+    func = tc.lower([G], [H, W]).func
+    assert any(x.var.name == "j_q" for x, _ in _loops(func.body))
+    rng = np.random.default_rng(stride)
+    h = rng.standard_normal(n).astype(np.float32)
+    w = rng.standard_normal(width).astype(np.float32)
+    (want,) = tc.evaluate([G], {H: h, W: w})
+    (got,) = run(func, [h, w])
+    (compiled,) = tc.build([G], [H, W])(h, w)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
