@@ -16,8 +16,8 @@ tecomp``; ``tc.gradient`` (autodiff and zero elimination); ``tc.build`` (lowerin
 proof or its cached verdict, then the kernel: compiled or loaded); the first call of the
 kernel.  *compile* is gradient + build, the figure of issue #6 (``import tecomp`` is not in
 it); *compile CPU* is the CPU time of the same span (``time.process_time``), a steadier figure
-on a loaded machine.  Warm children must find everything in the persistent cache (no miss),
-else the script fails.
+on a loaded machine.  A warm child that misses the persistent cache (the source changed during
+the run) is left out with a warning; the script fails when all do.
 
 Bytecode: an installed package runs from compiled bytecode, so by default the children write
 and read it under a temporary ``PYTHONPYCACHEPREFIX`` (the source tree is left alone), warmed
@@ -99,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         cold = run_child(env)
         warm = [run_child(env) for _ in range(opts.runs)]
     missed = [w for w in warm if w["disk misses"] != 0 or w["disk hits"] < 1]
-    if missed:
-        print(f"error: {len(missed)} warm process(es) missed the persistent cache")
+    warm = [w for w in warm if w not in missed]
+    if missed:  # the source changed during the run (the keys cover it), or the cache failed
+        print(f"warning: {len(missed)} warm process(es) missed the persistent cache (hits, "
+              f"misses: {[(w['disk hits'], w['disk misses']) for w in missed]}); left out")
+    if not warm:
+        print("error: every warm process missed the persistent cache")
         return 1
     print(f"conv2d 1x16x32x32 * 32x16x3x3 gradient; bytecode {opts.bytecode}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p:<12}{cold[p] * 1e3:>9.1f}{statistics.median(xs):>13.1f}"
               f"{min(xs):>10.1f}{max(xs):>10.1f}")
     print(f"(compile = gradient + build, wall clock; compile CPU: its CPU time, less sensitive "
-          f"to other load; {opts.runs} warm processes)")
+          f"to other load; {len(warm)} warm processes)")
     return 0
 
 
