@@ -86,7 +86,7 @@ def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
     out, ins = _random_case(rng)
     rows, cols = int(rng.integers(1, 6)), int(rng.integers(2, 6))
     func, _ = lower_program([out], ins)
-    blocked = block_dots(func, rows=rows, cols=cols, min_inner=1)
+    blocked = block_dots(func, rows=rows, cols=cols, min_inner=1, fold=1)
     assert blocked is not func or int(out.shape[1].value) == 1
     arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
               for t in ins]
@@ -139,3 +139,38 @@ def test_random_programs_keep_their_results_under_both_blockings(seed):
                          min_inner=1)
     for g, w in zip(run(blocked, arrays), run(func, arrays)):
         np.testing.assert_array_equal(g, w, err_msg=f"seed {seed}\n{blocked.body}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_folded_outer_reduction_steps_match_the_plain_order(seed):
+    """fold: two reduction loops (rows of a short dot product); the loop around the innermost
+    one steps by the fold and each update adds its terms, a reassociation of the sum."""
+    rng = np.random.default_rng(100 + seed)
+    n, m, k = (int(x) for x in rng.integers(2, 7, size=3))
+    rows_ = int(rng.choice([4, 8, 12]))
+    A = tc.placeholder((n, rows_, k), name="A")
+    B = tc.placeholder((m, rows_, k), name="B")
+    y, x = tc.reduce_axis(rows_, name="y"), tc.reduce_axis(k, name="x")
+    out = tc.compute((n, m), lambda i, j: tc.sum(A[i, y, x] * B[j, y, x], axis=[y, x]),
+                     name="S")
+    func, _ = lower_program([out], [A, B])
+    blocked = block_dots(func, rows=2, cols=2, min_inner=1)
+    steps = [lp.step for lp in _all_loops(blocked.body) if lp.var.name == "y"]
+    folded = [s for s in steps if s > 1]   # the blocked tiles (edge rows keep the plain loop)
+    assert folded and all(s in (2, 4, 8) and rows_ % s == 0 for s in folded)
+    arrays = [rng.standard_normal((n, rows_, k)).astype(np.float32),
+              rng.standard_normal((m, rows_, k)).astype(np.float32)]
+    (got,) = run(blocked, arrays)
+    (plain,) = run(func, arrays)
+    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5, err_msg=f"seed {seed}")
+
+
+def _all_loops(s):
+    if isinstance(s, For):
+        yield s
+    for x in getattr(s, "stmts", ()):
+        yield from _all_loops(x)
+    for attr in ("body", "then", "else_"):
+        x = getattr(s, attr, None)
+        if x is not None and not isinstance(x, E.Expr):
+            yield from _all_loops(x)
