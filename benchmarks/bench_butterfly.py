@@ -3,8 +3,9 @@
 For each ``n`` (a power of two) and a batch of columns, prints the median time of
 ``scipy.fft.dct(x, 2, norm="ortho", axis=0)``, of ``C @ x`` with the dense DCT matrix, of
 ``tc.ops.dct`` built with ``tc.build`` for each fusion level (``fuse=auto`` is the default,
-adjacent factors in pairs; ``fuse=1`` is the chain of the paper, ``L`` factors; ``fuse=2, 3``
-multiply up to 2 or 3 adjacent factors first) and, when lazylinop is installed, of:
+adjacent factors in pairs, triples at the ends for ``n >= 1024``; ``fuse=1`` is the chain of
+the paper, ``L`` factors; ``fuse=2, 3`` multiply up to 2 or 3 adjacent factors first) and,
+when lazylinop is installed, of:
 
 * ``lazylinop-butterfly``: ``lazylinop.butterfly.dct(n)``, lazylinop's real butterfly chain
   (the same ``L`` Kronecker-sparse factors, its default ``ksm`` backend);

@@ -51,7 +51,7 @@ def audio_frames(n: int, frames: int, rng: np.random.Generator) -> np.ndarray:
 def part1(x: np.ndarray) -> None:
     n, batch = x.shape
     X = tc.placeholder((n, batch), name="frames", dtype="float64")
-    kernel = tc.build(tc.ops.dct(X), [X])  # fuse="auto": adjacent factors in pairs
+    kernel = tc.build(tc.ops.dct(X), [X])  # fuse="auto": adjacent factors fused
     kernel.threads = 1
     ref = sfft.dct(x, 2, norm="ortho", axis=0)
     print(f"[1] DCT-II of {batch} frames of {n} samples: max |tecomp - scipy| = "

@@ -5,8 +5,8 @@ A Kronecker-sparse factor of pattern ``(a, b, c, d)`` is stored compactly as ``T
 ``[i·b·d + j·d + l, i·c·d + k·d + l]`` is ``T[i, j, k, l]`` (support ``I_a ⊗ 1_{b×c} ⊗ I_d``).
 :func:`kron_sparse_matmul` applies it to a batch with ``a·b·c·d·batch`` multiply-adds.
 :func:`dct` chains the fully real factors of :func:`real_butterfly` (see
-:mod:`tecomp.ops.butterfly_factors` for their construction), fused in pairs by default
-(:mod:`tecomp.ops.butterfly_fuse`), each stage with its products written out and the input
+:mod:`tecomp.ops.butterfly_factors` for their construction), fused mostly in pairs by
+default (:mod:`tecomp.ops.butterfly_fuse`), each stage with its products written out and the input
 permutation as index arithmetic (:mod:`tecomp.ops.butterfly_gather`).
 """
 
@@ -198,7 +198,8 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
     except ValueError as err:
         raise DeclarationError(f"dct of {X.name}: {err}") from None
     if fuse == "auto":
-        patterns, factors = fuse_chain(patterns, factors, auto_grouping(patterns))
+        groups = auto_grouping(patterns, fewer_passes=n >= 1024)  # stages beyond L2
+        patterns, factors = fuse_chain(patterns, factors, groups)
     elif fuse > 1:
         patterns, factors = fuse_chain(patterns, factors, best_grouping(patterns, fuse))
     name = name or kind

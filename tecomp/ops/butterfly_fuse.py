@@ -134,24 +134,32 @@ def best_grouping(patterns: Sequence[Sequence[int]], max_group: int = 2) -> list
     return best[L][2]
 
 
-def auto_grouping(patterns: Sequence[Sequence[int]]) -> list[int]:
-    """The grouping ``dct`` uses by default: adjacent pairs, and for an odd chain length the
-    last three factors (the input end) as one, so that no factor stays alone; falls back to
-    ``best_grouping(patterns, 2)`` when that triple cannot be fused.
+def auto_grouping(patterns: Sequence[Sequence[int]], *, fewer_passes: bool = False) -> list[int]:
+    """The grouping ``dct`` uses by default (measured, see below).
 
-    Pairs keep the fewest multiply-adds (see above) with half the passes over the batch; a
-    triple at the input end costs as many multiply-adds as a pair next to a single factor
-    and saves one pass.  Measured with unrolled stages (one thread, batch 128, float64,
-    ``benchmarks/bench_butterfly.py``): the fastest or within noise of the fastest of the
-    groupings tried for ``n`` from 256 to 8192 (e.g. ``n = 2048``: ``[2, 2, 2, 2, 3]`` 1.14x
-    SciPy's time, ``[2, 2, 2, 2, 2, 1]`` 1.24x); triples elsewhere, or larger groups, were
-    slower at ``n = 256`` (1.3x the time of pairs) and no faster above.
+    Adjacent pairs keep the fewest multiply-adds (see above) with half the passes over the
+    batch.  For an odd chain length the last three factors (the input end) form one factor:
+    as many multiply-adds as a pair next to a single factor, one pass fewer.  With
+    ``fewer_passes`` an even chain of at least 6 factors also takes the first three (the
+    output end) as one and the last three as one (``[3, 2, ..., 2, 3]``): the same
+    multiply-adds as pairs in one pass fewer, at the price of a 16-term output stage.
+    Falls back to ``best_grouping(patterns, 2)`` where a triple cannot be fused.
+
+    Measured with unrolled stages (one thread, batch 128, float64, interleaved with the other
+    methods of ``benchmarks/bench_butterfly.py``): ``n = 2048``: ``[2, 2, 2, 2, 3]`` 1.14x
+    SciPy's time, ``[2, 2, 2, 2, 2, 1]`` 1.24x; ``n = 1024``: ``[3, 2, 2, 3]`` 1.12x, pairs
+    1.20x (with warm caches pairs were 5% faster); ``n = 256``, where the intermediate stages
+    fit in L2: pairs 0.87x, ``[3, 2, 3]`` 1.28x.  ``dct`` sets ``fewer_passes`` from
+    ``n >= 1024``.
     """
     pats = [tuple(int(v) for v in p) for p in patterns]
     L = len(pats)
-    if L % 2 == 0 or L < 3:
+    if L % 2:
+        sizes = [2] * ((L - 3) // 2) + [3] if L >= 3 else [1]
+    elif fewer_passes and L >= 6:
+        sizes = [3] + [2] * ((L - 6) // 2) + [3]
+    else:
         return best_grouping(pats, 2)
-    sizes = [2] * ((L - 3) // 2) + [3]
     try:
         start = 0
         for g in sizes:

@@ -7,6 +7,7 @@ from gradcheck import check_gradient
 
 import tecomp as tc
 from tecomp.ops.butterfly_factors import (
+    butterfly_cost,
     kron_sparse_dense,
     monarch_patterns,
     real_butterfly,
@@ -112,7 +113,7 @@ def test_unrolled_stages_keep_their_buffers():
     n = 1024
     X = tc.placeholder((n, 8), name="X", dtype=F64)
     _, patterns, factors, _ = real_butterfly(n, "dct2")
-    fp, _ = fuse_chain(patterns, factors, auto_grouping(patterns))
+    fp, _ = fuse_chain(patterns, factors, auto_grouping(patterns, fewer_passes=True))
     cost = tc.cost([tc.ops.dct(X)], [X])
     assert cost.iterations == sum(a * b * d for a, b, _, d in fp) * 8
 
@@ -124,6 +125,13 @@ def test_auto_grouping_and_dct_default(rng):
     assert auto_grouping(real_butterfly(512, "dct2")[1]) == [2, 2, 2, 3]
     assert auto_grouping(real_butterfly(8, "dct2")[1]) == [3]
     assert auto_grouping([(2, 2, 3, 1), (3, 2, 2, 1), (1, 6, 1, 1)]) == [1, 1, 1]
+    # fewer passes: triples at both ends of an even chain, the same multiply-adds as pairs
+    pats = real_butterfly(1024, "dct2")[1]
+    assert auto_grouping(pats) == [2] * 5
+    assert auto_grouping(pats, fewer_passes=True) == [3, 2, 2, 3]
+    assert auto_grouping(patterns, fewer_passes=True) == [3, 2, 3]
+    assert butterfly_cost(fuse_chain(pats, [np.ones(p) for p in pats], [3, 2, 2, 3])[0]) == \
+        butterfly_cost(fuse_chain(pats, [np.ones(p) for p in pats], [2] * 5)[0])
     for n in (8, 512):
         x = rng.standard_normal((n, 3))
         Xn = tc.placeholder((n, 3), name="Xn", dtype=F64)
