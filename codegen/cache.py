@@ -26,13 +26,29 @@ V = TypeVar("V")
 def program_key(func: LoweredFunc, target: str, machine: str = "") -> str:
     """A digest of ``func``'s structure, the target name and the machine description."""
     h = hashlib.sha256()
-    for part in (target, machine):
+    for part in (target, machine, structural_digest(func)):
         h.update(part.encode())
         h.update(b"\0")
+    return h.hexdigest()
+
+
+# the last program digested and its digest: ``tc.build`` keys one program twice (its bounds
+# verdict, then its kernel), and the structural walk is the costly part of a key
+_last_digest: list[tuple[Any, str]] = [(None, "")]
+
+
+def structural_digest(func: LoweredFunc) -> str:
+    """The sha256 of :func:`structural_lines` of ``func`` (remembered for the last one)."""
+    last, digest = _last_digest[0]
+    if last is func:
+        return digest
+    h = hashlib.sha256()
     for line in structural_lines(func):
         h.update(line.encode())
         h.update(b"\n")
-    return h.hexdigest()
+    digest = h.hexdigest()
+    _last_digest[0] = (func, digest)
+    return digest
 
 
 def structural_lines(root: Any) -> list[str]:
