@@ -159,8 +159,10 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, min_terms: int, max_last: int
     if not gathers:
         return None
     flat = E.IterVar(f, E.Const(0, "int64"), E.Const(terms, "int64"), "reduce")
-    return gathers, make_reduce("sum", _Reads(mapping).visit(body.body), (flat,), None,
-                                body.dtype)
+    # reduction axes used outside the rewritten reads (a select on ``y``) take their value
+    # from ``f`` as well
+    flat_body = substitute(_Reads(mapping).visit(body.body), at)
+    return gathers, make_reduce("sum", flat_body, (flat,), None, body.dtype)
 
 
 def _gather(t: Tensor, r: E.TensorRead, axes: list[E.Var], data: dict, at: dict,

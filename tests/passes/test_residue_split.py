@@ -391,3 +391,24 @@ def test_window_with_a_where_keeps_its_guard(stride):
     (compiled,) = tc.build([G], [H, W])(h, w)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-5)
+
+
+def test_flat_sum_with_the_reduction_axes_outside_reads():
+    """A term that uses the reduction axes directly (not through a read) takes them from the
+    flat index too."""
+    rng = np.random.default_rng(11)
+    Xp = tc.placeholder((1, 4, 34, 34), name="Xp")
+    H = tc.placeholder((1, 8, 16, 16), name="H")
+    y, x = tc.reduce_axis(16, name="y"), tc.reduce_axis(16, name="x")
+    G = tc.compute((8, 4, 3, 3), lambda co, ci, ky, kx: tc.sum(
+        H[0, co, y, x] * Xp[0, ci, 2 * y + ky, 2 * x + kx] * tc.cast(y - x, "float32"),
+        axis=[y, x]), name="G")
+    func = tc.lower([G], [Xp, H]).func
+    assert [b for b in _allocated(func.body) if b.name.endswith("_cols")]
+    arrays = [rng.standard_normal((1, 4, 34, 34)).astype(np.float32),
+              rng.standard_normal((1, 8, 16, 16)).astype(np.float32)]
+    (want,) = tc.evaluate([G], dict(zip([Xp, H], arrays)))
+    (got,) = run(func, arrays)
+    (compiled,) = tc.build([G], [Xp, H])(*arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(compiled, want, rtol=1e-5, atol=1e-3)
