@@ -20,8 +20,9 @@ when lazylinop is installed, of:
 Runs are interleaved round-robin (``--order interleaved``, the default) so that every method
 sees the same machine load, the order rotated by one method each round: a method's time
 depends on the one that ran just before it (the caches and heap it leaves; tecomp's DCT at
-n = 1024 took 0.39 ms after SciPy's and 0.50 ms after lazylinop's FFT-based one), so a fixed
-order would favour some methods.  ``--order grouped`` runs each method's repeats back to back
+n = 1024 took 0.39 ms run back to back, 0.50 ms right after lazylinop's FFT-based DCT and
+0.56 ms right after the dense matmul, while SciPy's stayed at 0.47), so a fixed order would
+favour some methods.  ``--order grouped`` runs each method's repeats back to back
 (warm caches).  The ratios in the last columns are taken within one run.
 
     python benchmarks/bench_butterfly.py [--sizes 256 1024 4096] [--batch 128] [--repeat 15]
