@@ -126,7 +126,8 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     held in registers, and each output element is stored once.  (A ``tc.sum`` stage is
     zero-filled first and register-blocked by the CPU schedule over 4 output rows, whose
     ``4·c`` factor values do not fit the 16 AVX2 registers; the DCT of 1024 points on 128
-    columns ran 1.5x faster unrolled on the reference machine.)  The multiplies are
+    columns, same factors and gather, took 0.61 ms unrolled against 0.78 ms, one thread.)
+    The multiplies are
     the same; ``tc.cost`` counts one add fewer per output element (no add to a zero start).
     Gradients work in both forms.
     """
