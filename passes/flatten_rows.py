@@ -36,7 +36,7 @@ from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, make_reduce, substitute, walk
 from tecomp.tensor import ComputeOp, Tensor
 
-from .flatten_sum import _const, _decompose, _Reads
+from .flatten_sum import _const, _decompose, _Reads, insert_stages
 from .loop_order import coefficient
 
 
@@ -45,18 +45,8 @@ def flatten_rows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
                  min_reuse: int = 4, max_gather: int = 1 << 18) -> list[Tensor]:
     """Flatten the stages that qualify (module docstring); returns the stage list with the
     column and row stages inserted before each rewritten stage (``exprs`` updated)."""
-    out: list[Tensor] = []
-    for t in stages:
-        if id(t) not in inlined and isinstance(t.op, ComputeOp):
-            plan = _plan(t, exprs[id(t)][0], min_inner, max_inner, min_reuse, max_gather)
-            if plan is not None:
-                new, body = plan
-                for g in new:
-                    exprs[id(g)] = (g.op.body,)
-                out.extend(new)
-                exprs[id(t)] = (body,)
-        out.append(t)
-    return out
+    return insert_stages(stages, exprs, inlined, lambda t, body: _plan(
+        t, body, min_inner, max_inner, min_reuse, max_gather))
 
 
 def _reads(e: E.Expr) -> list[E.TensorRead]:

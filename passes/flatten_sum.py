@@ -92,16 +92,26 @@ def flatten_sums(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
                  max_gather: int = 1 << 18) -> list[Tensor]:
     """Flatten the sums that qualify (module docstring); returns the stage list with the
     gather stages inserted before their readers (``exprs`` updated in place)."""
+    return insert_stages(stages, exprs, inlined, lambda t, body: _plan(
+        t, body, max_inner, min_terms, max_last, min_reuse, max_gather))
+
+
+def insert_stages(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
+                  inlined: set[int], plan) -> list[Tensor]:
+    """The stage list with each planned stage's new stages inserted before it.
+
+    ``plan(t, body)`` returns None (``t`` unchanged) or ``(new_stages, new_body)``; ``exprs``
+    is updated in place (the new stages' bodies, ``t``'s new body).  Shared by
+    :mod:`.flatten_rows`."""
     out: list[Tensor] = []
     for t in stages:
         if id(t) not in inlined and isinstance(t.op, ComputeOp):
-            plan = _plan(t, exprs[id(t)][0], max_inner, min_terms, max_last, min_reuse,
-                         max_gather)
-            if plan is not None:
-                gathers, body = plan
-                for g in gathers:
+            planned = plan(t, exprs[id(t)][0])
+            if planned is not None:
+                new, body = planned
+                for g in new:
                     exprs[id(g)] = (g.op.body,)
-                out.extend(gathers)
+                out.extend(new)
                 exprs[id(t)] = (body,)
         out.append(t)
     return out

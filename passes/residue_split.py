@@ -68,6 +68,7 @@ from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, St
 
 from .loop_order import _floor_form, _lower_terms, _upper_terms, coefficient, outer_loops
 from .lower_stage import identity, rename_axes, upper
+from .schedule_tile import window_overlap
 from .zero_elimination.bridge import AffineBridge
 
 
@@ -312,12 +313,7 @@ def _folded(q: E.Var, u: E.Var, a: int, b: int, q_range, update, dst: Buffer,
     with ``P = max_u lo(u)`` and ``M = max(P, min_u hi(u))``: each ``q`` gets its terms in
     increasing ``u`` in exactly one of the three parts."""
     los, his = zip(*(q_range(E.Const(uv, u.dtype)) for uv in range(a, b)))
-    p, m = los[0], his[0]
-    for x in los[1:]:
-        p = E.maximum(p, x)
-    for x in his[1:]:
-        m = E.minimum(m, x)
-    m = E.maximum(p, m)
+    p, m = window_overlap(los, his)
     lo_u, hi_u = q_range(u)
     acc: E.Expr = BufferLoad(dst, at, dst.dtype)
     for uv in range(a, b):

@@ -313,12 +313,7 @@ def _split_fold(loop: For, m: tuple, max_full: int) -> Stmt | None:
     k = kin.var
     los = [_subst(inner.lo, {k: _plus_const(kin.lo, n)}) for n in range(kext)]
     his = [_subst(inner.hi, {k: _plus_const(kin.lo, n)}) for n in range(kext)]
-    p, h = los[0], his[0]
-    for x in los[1:]:
-        p = E.maximum(p, x)
-    for x in his[1:]:
-        h = E.minimum(h, x)
-    mid = E.maximum(p, h)
+    p, mid = window_overlap(los, his)
     acc: E.Expr = BufferLoad(st.buffer, st.indices, st.buffer.dtype)
     for n in range(kext):
         acc = E.add(acc, st.value if n == 0 else _subst(st.value, {k: _plus(k, n)}))
@@ -330,6 +325,17 @@ def _split_fold(loop: For, m: tuple, max_full: int) -> Stmt | None:
     for x in reversed(ks[:-1]):
         nest = replace(x, body=nest)
     return replace(loop, body=Seq((init, nest)))
+
+
+def window_overlap(los: list[E.Expr], his: list[E.Expr]) -> tuple[E.Expr, E.Expr]:
+    """``(P, M)`` for ranges ``[los[n], his[n])``: ``P = max(los)``, ``M = max(P, min(his))``,
+    so ``[P, M)`` is where every range holds (empty when they do not overlap)."""
+    p, h = los[0], his[0]
+    for x in los[1:]:
+        p = E.maximum(p, x)
+    for x in his[1:]:
+        h = E.minimum(h, x)
+    return p, E.maximum(p, h)
 
 
 def _plus_const(e: E.Expr, n: int) -> E.Expr:
