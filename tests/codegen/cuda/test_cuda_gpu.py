@@ -79,6 +79,22 @@ def test_tiled_and_block_reduced_sizes_on_gpu(rows):
     np.testing.assert_array_equal(b.KERNELS["symbolic_length"](x), x.min(axis=1))
 
 
+
+@pytest.mark.parametrize("batch", [None, 4096])
+def test_float16_dct_on_gpu(batch):
+    """The float16 butterfly DCT (n = 256 and 1024, float16 storage, float accumulation)
+    against the float16-storage model and SciPy's float64 DCT; ``batch=4096`` rebuilds the
+    chain for a batch large enough to fill the device."""
+    import test_cuda_butterfly_f16 as t
+
+    for n, kernel in t.KERNELS.items():
+        if batch is not None:
+            kernel = t._kernel(n, batch)[0]
+        rows = batch or t.SIZES[n]
+        x = np.random.default_rng(n).standard_normal((n, rows))
+        y = kernel(x.astype(np.float16))
+        t.check_dct(x, y)
+
 def test_device_array_round_trip():
     import test_cuda_runtime as t
 
