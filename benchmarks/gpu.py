@@ -2,8 +2,8 @@
 
 For every program of a suite of forward and gradient programs (matmul with a symbolic size,
 conv2d NCHW with padding/stride/dilation, pooling, softmax, layer norm, gather, flatten via
-``//`` and ``%``, cumsum via ``where``, a scalar loss, float16 and int32 outputs, and the
-gradients of most of them) it
+``//`` and ``%``, cumsum via ``where``, a scalar loss, float16 and int32 outputs, the butterfly
+DCT-II of ``tc.ops.dct`` in float32 and in float16, and the gradients of most of them) it
 
 1. builds the CUDA kernel and checks its results against ``tc.evaluate`` (the reference
    evaluator) on random inputs;
@@ -20,6 +20,10 @@ when no CUDA device can be used; needs only ``pip install -e .[cuda]`` (PyTorch 
     python benchmarks/gpu.py --only conv  # cases whose name contains "conv"
     python benchmarks/gpu.py --repeat 50 --json results.json
 
+The DCT (n = 1024, batch 4096) is timed against PyTorch's FFT-based DCT in float32 (Makhoul's
+reordering, ``torch.fft.fft``, twiddles) and a dense float16 DCT matrix product in float16 (cuBLAS);
+the float16 DCT stores every stage in float16 and sums in float32.
+
 Float atomics (gather gradients, scalar losses) make sums order-nondeterministic, hence the
 relative tolerances.  Timings are medians of ``--repeat`` runs after warm-up, in
 milliseconds, measured with a device synchronisation around each run.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -201,7 +206,47 @@ def suite(small: bool = False) -> list[Case]:
                      name="count_pos")
     cases.append(Case("int32_count", "forward", [CNT], [XI], lambda r: [_f32(r, RH, CH)],
                       lambda T, x: (x > 0).sum(1, dtype=T.int32), rtol=0, atol=0))
+
+    # ---- the butterfly DCT-II (tc.ops.dct) in float32, and in float16 (float32 sums)
+    ND, BD = s(1024, 16), s(4096, 3)
+    for dtype, torch_dct in (("float32", _torch_dct_fft), ("float16", _torch_dct_dense)):
+        XD = tc.placeholder((ND, BD), name="XD", dtype=dtype)
+        tol = 1e-2 if dtype == "float16" else 1e-4
+        cases.append(Case(f"dct_{dtype}", "forward", [tc.ops.dct(XD, "dct2")], [XD],
+                          lambda r, dt=dtype: [_f32(r, ND, BD).astype(dt)], torch_dct,
+                          rtol=tol, atol=tol))
     return cases
+
+
+_TORCH_DCT: dict[Any, Any] = {}  # (what, n, dtype, device) -> tensor, made once
+
+
+def _dct_scales(n: int) -> np.ndarray:
+    return np.where(np.arange(n) == 0, math.sqrt(1.0 / n), math.sqrt(2.0 / n))
+
+
+def _torch_dct_fft(T: Any, x: Any) -> Any:
+    """Orthonormal DCT-II along axis 0 with Makhoul's reordering and one complex FFT:
+    ``y_k = s_k Re(e^{-i pi k / 2n} FFT(v)_k)``, ``v`` the even samples then the odd reversed."""
+    n = x.shape[0]
+    key = ("twiddle", n, x.dtype, x.device)
+    if key not in _TORCH_DCT:
+        k = np.arange(n)
+        w = np.exp(-1j * np.pi * k / (2 * n)) * _dct_scales(n)
+        _TORCH_DCT[key] = T.as_tensor(w[:, None].astype(np.complex64), device=x.device)
+    v = T.cat([x[0::2], x[1::2].flip(0)])
+    return (T.fft.fft(v, dim=0) * _TORCH_DCT[key]).real.to(x.dtype)
+
+
+def _torch_dct_dense(T: Any, x: Any) -> Any:
+    """Orthonormal DCT-II along axis 0 as one dense matrix product in ``x``'s dtype."""
+    n = x.shape[0]
+    key = ("matrix", n, x.dtype, x.device)
+    if key not in _TORCH_DCT:
+        k, j = np.arange(n)[:, None], np.arange(n)[None, :]
+        C = _dct_scales(n)[:, None] * np.cos(np.pi * k * (2 * j + 1) / (2 * n))
+        _TORCH_DCT[key] = T.as_tensor(C, device=x.device).to(x.dtype)
+    return _TORCH_DCT[key] @ x
 
 
 # ------------------------------------------------------------------------------ running
