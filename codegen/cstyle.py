@@ -11,7 +11,9 @@ Types.  Every dtype has a *register* type, the C type its values are computed in
 dtype      register      note
 =========  ============  ======================================================
 float16    ``float``     computed in single precision; rounded at casts, math
-                         calls and stores (as the LLVM backend does)
+                         calls and stores (the LLVM backend rounds after every
+                         operation, as NumPy does, so the two may differ in the
+                         last float16 bit of a chained expression)
 bfloat16   ``float``     likewise (a target chooses its memory type)
 float32    ``float``
 float64    ``double``

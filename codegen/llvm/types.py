@@ -6,7 +6,7 @@ buffer element is):
 =========  ============  ==========  ==========================================
 dtype      register      memory      note
 =========  ============  ==========  ==========================================
-float16    ``float``     ``half``    computed in single precision, rounded on store
+float16    ``float``     ``half``    single precision, rounded after each op
 bfloat16   ``float``     ``float``   stored as float32, as NumPy holds it
 float32    ``float``     ``float``
 float64    ``double``    ``double``
