@@ -241,9 +241,10 @@ class CudaRenderer(BlockRenderMixin, CStyleRenderer):
 
     def prelude(self) -> str:
         q = self.helper_qualifier
-        return super().prelude() + (
+        return super().prelude() + (  # guarded like the prelude: sources can be concatenated
+            "#ifndef TC_EXTENT_DEFINED\n#define TC_EXTENT_DEFINED\n"
             f"{q} long long tc_extent(long long lo, long long hi, long long step) {{\n"
-            "    return hi > lo ? (hi - lo + step - 1) / step : 0;\n}\n")
+            "    return hi > lo ? (hi - lo + step - 1) / step : 0;\n}\n#endif\n")
 
 
 def render_cuda(program: GpuProgram) -> str:

@@ -60,8 +60,11 @@ def _digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def compile_emulated(sources: list[str], opt: str = "-O1") -> None:
-    """Compile the sources not compiled yet (one g++ call) and remember their libraries."""
+def compile_emulated(sources: list[str], opt: str = "-O1", one_unit: bool = False) -> None:
+    """Compile the sources not compiled yet (one g++ call) and remember their libraries.
+
+    ``one_unit`` concatenates them into one translation unit (their preludes are guarded),
+    much faster for many small sources; their kernel names must then differ."""
     todo = []
     seen_names: dict[str, str] = {}
     for src in sources:
@@ -81,15 +84,20 @@ def compile_emulated(sources: list[str], opt: str = "-O1") -> None:
     stubs.mkdir()
     for h in ("cuda_fp16.h", "cuda_bf16.h"):
         (stubs / h).write_text("// emulation: the types come from emulate.h\n")
-    files = []
-    for n, src in enumerate(todo):
+    units = []
+    for src in todo:
         threaded = threaded_kernels(src)
         launchers = "".join(
             f'\nextern "C" void tc_emu_{k}(unsigned g, unsigned b, void** a) '
             f"{{ tc_emu_launch{'_threaded' if k in threaded else ''}({k}, g, b, a); }}"
             for k in kernel_names(src))
+        units.append(src + launchers + "\n")
+    if one_unit:
+        units = ["\n".join(units)]
+    files = []
+    for n, text in enumerate(units):
         path = Path(tmp, f"prog{n}.cu")
-        path.write_text(src + launchers + "\n")
+        path.write_text(text)
         files.append(str(path))
     lib = str(Path(tmp, "emu.so"))
     cmd = ["g++", opt, "-std=c++17", "-shared", "-fPIC", "-w", "-include", str(EMULATE_H),
