@@ -58,6 +58,14 @@ from tecomp.printer import format_expr
 
 _INT = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 _T = isl.dim_type
+# Most pieces an operation on two piecewise bounds may combine: a chain of k nested max/min
+# terms (a loop bound left by a large Fourier–Motzkin projection) would otherwise grow to 2^k
+# pieces; past this, the bound is treated as not affine and its accesses get runtime checks.
+MAX_PIECES = 16
+# isl operations one loop, let or proof may take (isl counts them; past the budget an
+# operation fails and the access gets a runtime check): a conv2d gradient's proofs take well
+# under 1e5, the loop bounds of a large Fourier–Motzkin projection many millions.
+MAX_OPERATIONS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -244,6 +252,7 @@ class AffineProver:
         # (domain of the loops and lets, exact?, guards not yet intersected, bound names)
         self._stack: list[tuple[isl.Set, bool, tuple[E.Expr, ...], frozenset[str]]] = [
             (valid, True, (), frozenset())]
+        self._ctx.set_max_operations(MAX_OPERATIONS)  # each loop, let and proof from here on
 
     # ---------------------------------------------------------------- translation
     def _const(self, v: int) -> isl.PwAff:
@@ -292,14 +301,14 @@ class AffineProver:
         a, b = self.aff(e.a), self.aff(e.b)
         if a is None or b is None:
             return None
+        if a.n_piece() * b.n_piece() > MAX_PIECES:
+            return None  # not analysed: the access gets a runtime check
         if isinstance(e, E.Add):
             return a.add(b)
         if isinstance(e, E.Sub):
             return a.sub(b)
-        if isinstance(e, E.Min):
-            return a.min(b)
-        if isinstance(e, E.Max):
-            return a.max(b)
+        if isinstance(e, (E.Min, E.Max)):
+            return a.min(b) if isinstance(e, E.Min) else a.max(b)
         if isinstance(e, E.Mul):
             if a.is_cst() or b.is_cst():
                 return a.mul(b)
@@ -346,6 +355,13 @@ class AffineProver:
 
     # ---------------------------------------------------------------- domains
     def push_loop(self, s: For) -> None:
+        self._ctx.reset_operations()
+        try:
+            self._push_loop(s)
+        except isl.Error:  # over the operation budget: the loop's bounds are not used
+            self._push_unknown(s.var)
+
+    def _push_loop(self, s: For) -> None:
         dom, exact = self._fresh(s.var)
         v = self.aff(s.var)
         for bound, make in ((s.lo, lambda b: v.ge_set(b)), (s.hi, lambda b: v.lt_set(b))):
@@ -364,6 +380,22 @@ class AffineProver:
         self._push(s.var, dom, exact)
 
     def push_let(self, s: LetStmt) -> None:
+        self._ctx.reset_operations()
+        try:
+            self._push_let(s)
+        except isl.Error:  # over the operation budget: the value is not used
+            self._push_unknown(s.var)
+
+    def _push_unknown(self, var: E.Var) -> None:
+        """Bind ``var`` with no known range (outside the budget: one projection of the
+        enclosing domain, which the enclosing loops already paid for)."""
+        self._ctx.set_max_operations(0)  # 0: no limit
+        try:
+            self._push(var, self._fresh(var)[0], False)
+        finally:
+            self._ctx.set_max_operations(MAX_OPERATIONS)
+
+    def _push_let(self, s: LetStmt) -> None:
         dom, exact = self._fresh(s.var)
         value = self.aff(s.value) if s.value.dtype in _INT else None
         if value is None:
@@ -400,7 +432,17 @@ class AffineProver:
         Guards (``IfThenElse`` conditions and the path) are intersected one conjunct at a time
         and only while the violation set is not yet empty: most accesses are in bounds by
         their loops alone, and a zero-eliminated guard can hold dozens of nested divisions.
+        A proof over :data:`MAX_OPERATIONS` isl operations gives up: "runtime".
         """
+        self._ctx.reset_operations()
+        try:
+            return self._verdict(buf, axis, index, path, kind, access)
+        except isl.Error:
+            self._ctx.reset_operations()
+            return "runtime"
+
+    def _verdict(self, buf: Buffer, axis: int, index: E.Expr, path: E.Expr, kind: str,
+                 access: str) -> str | SizeCheck:
         idx, ext = self.aff(index), self.aff(buf.shape[axis])
         if idx is None or ext is None:
             return "runtime"

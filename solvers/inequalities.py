@@ -21,6 +21,11 @@ chains of unit-coefficient bounds exact on the integers.
 Redundancy: duplicates and parallel constraints (same coefficients, keep the smallest
 constant) are removed; an opposite parallel pair ``a.x + k1 >= 0``, ``-a.x + k2 >= 0``
 with ``k1 + k2 < 0`` proves the system empty, as does a constant ``k < 0``.
+
+Size: each elimination may square the number of constraints (doubly exponential over a
+chain, e.g. the many ``//``/``%`` unknowns of a bit-reversal index).  ``limit`` bounds the
+number of pairs one elimination may form; past it :class:`ProjectionTooLarge` is raised, so
+that callers fall back to a form that needs no projection instead of exhausting memory.
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ __all__ = [
     "combine_pair",
     "pair_is_exact",
     "eliminate_inequalities",
+    "ProjectionTooLarge",
 ]
+
+
+class ProjectionTooLarge(ValueError):
+    """A Fourier–Motzkin step would form more pairs than the caller's ``limit``."""
 
 
 def tighten(e: Affine) -> Affine | bool:
@@ -93,13 +103,14 @@ def pair_is_exact(lower: Affine, upper: Affine, name: str) -> bool:
 
 
 def eliminate_inequalities(
-    cons: Iterable[Affine], name: str
+    cons: Iterable[Affine], name: str, limit: int | None = None
 ) -> tuple[list[Affine] | None, bool]:
     """Fourier–Motzkin elimination of ``name`` with tightening and redundancy removal.
 
     Returns ``(constraints, exact)``: ``constraints`` is ``None`` when the system is empty
     (rationally, or by tightening); ``exact`` tells whether every pair was exact, i.e. the
-    result is the integer projection and not just the real shadow.
+    result is the integer projection and not just the real shadow.  Raises
+    :class:`ProjectionTooLarge` when the step would form more than ``limit`` pairs.
     """
     lows: list[Affine] = []
     ups: list[Affine] = []
@@ -107,6 +118,9 @@ def eliminate_inequalities(
     for e in cons:
         c = e.coeff(name)
         (lows if c > 0 else ups if c < 0 else out).append(e)
+    if limit is not None and len(lows) * len(ups) > limit:
+        raise ProjectionTooLarge(
+            f"eliminating {name} pairs {len(lows)} lower with {len(ups)} upper bounds")
     exact = True
     for lo in lows:
         for up in ups:

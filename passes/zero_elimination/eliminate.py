@@ -34,7 +34,11 @@ from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.functor import fresh_name, substitute, walk
 from tecomp.solvers.affine import Affine
-from tecomp.solvers.inequalities import eliminate_inequalities, normalize_inequalities
+from tecomp.solvers.inequalities import (
+    ProjectionTooLarge,
+    eliminate_inequalities,
+    normalize_inequalities,
+)
 from tecomp.solvers.integer_system import solve_parametric
 
 from .bridge import AffineBridge, linear_condition
@@ -67,7 +71,14 @@ class Domain:
 
 class Unbounded(ValueError):
     """A summation variable without a lower or upper bound the affine bridge can read (e.g. a
-    ``max``/``min`` loop bound left by an earlier elimination): the stage is kept as is."""
+    ``max``/``min`` loop bound left by an earlier elimination), or a projection past
+    :data:`MAX_PAIRS`: the stage is kept as is."""
+
+
+# Most lower/upper pairs one Fourier–Motzkin step may combine (a few thousand is the most a
+# gradient of the test suite and the benchmarks needs; a bit-reversal index read again
+# after its first elimination would otherwise grow to 1e10 pairs).
+MAX_PAIRS = 20000
 
 
 class NeedsScatter(Exception):
@@ -135,7 +146,10 @@ def implied(c: Affine, context: list[Affine]) -> bool:
     for v in names:
         if cons is None:
             return True
-        cons, _exact = eliminate_inequalities(cons, v)
+        try:
+            cons, _exact = eliminate_inequalities(cons, v, MAX_PAIRS)
+        except ProjectionTooLarge:
+            return False  # not proven
     return cons is None
 
 
@@ -242,7 +256,10 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
             elif a < 0:
                 ups.append((rest, -a))  # name <= floor(rest / -a)
         bounds[name] = (lows, ups)
-        projected, _exact = eliminate_inequalities(cons, name)
+        try:
+            projected, _exact = eliminate_inequalities(cons, name, MAX_PAIRS)
+        except ProjectionTooLarge as err:
+            raise Unbounded(str(err)) from None
         if projected is None:
             return None
         cons = projected
