@@ -257,7 +257,6 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
     3)`` around ``j in [max(.., 2*k), min(.., 2*k + 32))``.  Returns ``(((lo, hi) per axis),
     j lower terms, j upper terms)``, or None when a bound is not of that form.
     """
-    from tecomp.functor import substitute
 
     kb, jl, jh = [], [], []
     jlast = E.sub(jhi, 1)
@@ -267,47 +266,42 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
         if j not in _vars(lo) and j not in _vars(hi):
             kb.append((lo, hi))
             continue
-        nlo: E.Expr | None = None
-        nhi: E.Expr | None = None
-        for t in _lower_terms(lo):
-            c = coefficient(t, j)
-            if c is None:
-                inv = _invert_floor(t, k, j, True)
-                if inv is None:
-                    return None
-                (jl if inv[0] == "lo" else jh).append(inv[1])
-                t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
-                nlo = t if nlo is None else E.maximum(nlo, t)
-                continue
-            if c not in (0, 1, -1):
-                return None
-            r = substitute(t, {j: E.Const(0, j.dtype)})
-            if c == 1:
-                jh.append(E.add(E.sub(k, r), 1))
-                t = substitute(t, {j: jlo})
-            elif c == -1:
-                jl.append(E.sub(r, k))
-                t = substitute(t, {j: jlast})
-            nlo = t if nlo is None else E.maximum(nlo, t)
-        for t in _upper_terms(hi):
-            c = coefficient(t, j)
-            if c is None:
-                inv = _invert_floor(t, k, j, False)
-                if inv is None:
-                    return None
-                (jl if inv[0] == "lo" else jh).append(inv[1])
-                t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
-                nhi = t if nhi is None else E.minimum(nhi, t)
-                continue
-            if c not in (0, 1, -1):
-                return None
-            r = substitute(t, {j: E.Const(0, j.dtype)})
-            if c == 1:
-                jl.append(E.add(E.sub(k, r), 1))
-                t = substitute(t, {j: jlast})
-            elif c == -1:
-                jh.append(E.sub(r, k))
-                t = substitute(t, {j: jlo})
-            nhi = t if nhi is None else E.minimum(nhi, t)
+        nlo = _invert_terms(_lower_terms(lo), k, j, jlo, jlast, jl, jh, True)
+        nhi = _invert_terms(_upper_terms(hi), k, j, jlo, jlast, jl, jh, False)
+        if nlo is None or nhi is None:
+            return None
         kb.append((nlo, nhi))
     return kb, jl, jh
+
+
+def _invert_terms(terms: list[E.Expr], k: E.Var, j: E.Var, jlo: E.Expr, jlast: E.Expr,
+                  jl: list, jh: list, lower: bool) -> E.Expr | None:
+    """One side of :func:`invert_bounds`: the terms of ``k``'s lower (``lower``) or upper
+    bound, each in ``j`` turned into a bound of ``j`` (appended to ``jl``/``jh``) and
+    replaced by its extreme over ``j``; their max (lower) or min (upper), or None."""
+    from tecomp.functor import substitute
+
+    same, other = (jh, jl) if lower else (jl, jh)  # where a term with coefficient +1 goes
+    at_plus, at_minus = (jlo, jlast) if lower else (jlast, jlo)
+    combine = E.maximum if lower else E.minimum
+    out: E.Expr | None = None
+    for t in terms:
+        c = coefficient(t, j)
+        if c is None:
+            inv = _invert_floor(t, k, j, lower)
+            if inv is None:
+                return None
+            (jl if inv[0] == "lo" else jh).append(inv[1])
+            t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
+        elif c not in (0, 1, -1):
+            return None
+        else:
+            r = substitute(t, {j: E.Const(0, j.dtype)})
+            if c == 1:
+                same.append(E.add(E.sub(k, r), 1))
+                t = substitute(t, {j: at_plus})
+            elif c == -1:
+                other.append(E.sub(r, k))
+                t = substitute(t, {j: at_minus})
+        out = t if out is None else combine(out, t)
+    return out
