@@ -144,3 +144,25 @@ def test_cupy_arrays_zero_copy():
     wz, wq = t._want(x, y)
     np.testing.assert_allclose(cupy.asnumpy(z), wz, rtol=1e-6)
     np.testing.assert_array_equal(cupy.asnumpy(q), wq)
+
+
+def test_every_suite_program_on_gpu():
+    """The 228 programs of ``test_cuda_suite_programs`` (reverse- and forward-mode tables, nn
+    ops, DOF operators, butterfly chains and DCTs, forward and gradient) on the device, against
+    ``tc.evaluate``; NVRTC compiles them in parallel first (it releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import test_cuda_suite_programs as s
+
+    from tecomp.codegen.cuda.compile import compile_cuda
+
+    arch = cuda_device().arch
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: compile_cuda(k.source, arch), s.KERNELS.values()))
+    failed = []
+    for name, p in s.PROGRAMS.items():
+        try:
+            s._compare(p, s.KERNELS[name](*p.arrays.values()))
+        except AssertionError as err:
+            failed.append(f"{name}: {str(err).strip().splitlines()[0:6]}")
+    assert not failed, f"{len(failed)} of {len(s.PROGRAMS)} failed:\n" + "\n".join(failed)
