@@ -23,6 +23,20 @@ Legality (the inverse of loop_order's argument): every element ``C[i, j]`` recei
 of its own sum in the same increasing ``k`` order, so results are bit-identical; the reduction
 bounds do not use ``j``; the accumulated value does not read ``C``; init and update store to
 the same indices.  Anything else is left as it is.
+
+The update's ``j`` loop may also be a clamp of the init's range by the ``k`` variables, as
+zero elimination leaves it in the conv2d input gradient (padding 1, 3x3 filter)::
+
+    for (j3, 0, 32) { Xg[.., j3] = 0 }
+    for (t, ..) { for (t_2, 0, 3) {
+      for (j3, max(0, t_2 - 1), min(32, t_2 + 31)) { Xg[.., j3] += .. } } }
+
+Then the clamp becomes a condition on the accumulation (``if (j3 >= max(0, t_2 - 1) &&
+j3 < min(32, t_2 + 31)) Xg_acc += ..``): the lower bound is ``max(init.lo, ..)`` and the upper
+``min(init.hi, ..)`` (unit steps), so the clamped range lies inside the init's and every element
+still receives exactly its terms, in the same order.  Without this, the ``j`` loop stays inside
+the ``k`` loops and only the outer loops map onto the grid: a few thousand threads, each
+running the whole ``k`` x ``j`` nest with read-modify-writes to global memory.
 """
 
 from __future__ import annotations
@@ -115,7 +129,8 @@ class _Rewriter:
         if not kloops or not isinstance(s, For):
             return None
         jloop = s
-        if (jloop.lo, jloop.hi, jloop.step) != (init.lo, init.hi, init.step):
+        guard = _range_guard(init, jloop)
+        if guard is False:
             return None
         upd = jloop.body
         cond = None
@@ -128,6 +143,8 @@ class _Rewriter:
             return None
         if any(j in _vars(x) for k in kloops for x in (k.lo, k.hi)):
             return None
+        if guard is not True:  # the j range clamped by the k loops becomes a condition
+            cond = guard if cond is None else E.And(guard, cond)
         if any(k.var in _vars(x) for k in kloops for x in (st0.value,) + st0.indices):
             return None
         if any(_reads(x, buf) for x in (upd.value, cond) if x is not None):
@@ -143,6 +160,34 @@ class _Rewriter:
         body = Seq((Store(acc, (), st0.value), inner,
                     Store(buf, st0.indices, BufferLoad(acc, (), buf.dtype))))
         return For(j, init.lo, init.hi, Allocate(acc, body), init.step, init.kind)
+
+
+def _range_guard(init: For, jloop: For) -> E.Expr | bool:
+    """How the update's ``j`` range relates to the init's: True when they are the same, a
+    condition on ``j`` when the update's bounds clamp the init's (``lo = max(init.lo, ..)``,
+    ``hi = min(init.hi, ..)``, unit steps; the zero-eliminated conv2d gradient's
+    ``for (j3, max(0, t_2 - 1), min(32, t_2 + 31))``), False otherwise."""
+    if (jloop.lo, jloop.hi, jloop.step) == (init.lo, init.hi, init.step):
+        return True
+    if init.step != 1 or jloop.step != 1:
+        return False
+    if not (_clamps(jloop.lo, init.lo, E.Max) and _clamps(jloop.hi, init.hi, E.Min)):
+        return False
+    j = init.var
+    terms = []
+    if jloop.lo != init.lo:
+        terms.append(E.GE(j, jloop.lo))
+    if jloop.hi != init.hi:
+        terms.append(E.LT(j, jloop.hi))
+    return terms[0] if len(terms) == 1 else E.And(terms[0], terms[1])
+
+
+def _clamps(e: E.Expr, bound: E.Expr, op: type) -> bool:
+    """Whether ``e`` is ``bound`` or an ``op`` (Max for lower, Min for upper bounds) with
+    ``bound`` among its operands, so that ``e`` never leaves ``bound``'s side."""
+    if e == bound:
+        return True
+    return isinstance(e, op) and (_clamps(e.a, bound, op) or _clamps(e.b, bound, op))
 
 
 def _vars(e: E.Expr) -> set[E.Var]:

@@ -87,6 +87,25 @@ program("colsum_kj", LoweredFunc("colsum_kj", (X,), (S,), (n, m), Seq((
     lambda r: [r.standard_normal((13, 300), np.float32)],
     lambda x: x.sum(0))
 
+# --------------- a padded 1-D correlation after zero elimination: the j range is clamped by k
+XA, WK = inp("XA", (n,)), inp("WK", (c(3),))
+CO = outb("CO", (n,))
+program("clamped_kj", LoweredFunc("clamped_kj", (XA, WK), (CO,), (n,), Seq((
+    For(j, c(0), n, Store(CO, (j,), f32(0))),
+    For(k, c(0), c(3), For(j, E.Max(c(0), k - c(1), "int64"),
+                           E.Min(n, n + k - c(1), "int64"),
+                           Store(CO, (j,), ld(XA, j + c(1) - k) * ld(WK, k), "sum")))))),
+    lambda r: [r.standard_normal(37, np.float32), r.standard_normal(3, np.float32)],
+    lambda x, w: np.convolve(x, w, "same").astype(np.float32))
+# a j range that is not a clamp of the init's (it may leave it): not reordered
+CB = outb("CB", (c(8),))
+program("unclamped_kj", LoweredFunc("unclamped_kj", (XA,), (CB,), (n,), Seq((
+    For(j, c(0), c(8), Store(CB, (j,), f32(0))),
+    For(k, c(0), c(3), For(j, k, k + c(6), Store(CB, (j,), ld(XA, j - k), "sum")))))),
+    lambda r: [r.standard_normal(9, np.float32)],
+    lambda x: np.array([sum(x[jj - kk] for kk in range(3) if kk <= jj < kk + 6)
+                        for jj in range(8)], np.float32))
+
 # ------------------------------------------- a scalar sum, not marked parallel: privatised
 T = outb("T", ())
 program("total", LoweredFunc("total", (X,), (T,), (n, m), Seq((
@@ -267,6 +286,18 @@ def test_cpu_order_is_undone_with_a_register_accumulator():
     assert "C2_acc = (C2_acc + " in src and "C2[(i * 8LL + j)] = C2_acc;" in src
     (st0,) = schedule(PROGRAMS["colsum_kj"][0]).stages
     assert [x.var.name for x in st0.mapped] == ["j"] and not st0.atomic
+
+
+def test_clamped_update_range_becomes_a_condition():
+    # the conv2d input gradient's shape: one thread per element, the clamp as a guard
+    (st,) = schedule(PROGRAMS["clamped_kj"][0]).stages
+    assert [x.var.name for x in st.mapped] == ["j"] and not st.atomic
+    src = KERNELS["clamped_kj"].source
+    assert "if (((j >= tc_max(0LL, (k - 1LL))) && (j < tc_min(n, ((n + k) - 1LL)))))" in src
+    assert "CO[j] = CO_acc;" in src
+    # not a clamp (j may leave the init range): init and sum stay two stages, k, j order
+    stages = schedule(PROGRAMS["unclamped_kj"][0]).stages
+    assert "CB_acc" not in KERNELS["unclamped_kj"].source and len(stages) == 2
 
 
 def test_scalar_sum_is_privatised():
