@@ -12,7 +12,9 @@ cost:
 * A body with flops (see :mod:`tecomp.cost`) is inlined only into a single read site whose
   indices use every loop variable enclosing the read (the consumer's axes and the axes of
   the reductions around it), with no more such variables than ``P`` has dimensions: each
-  element is then computed about once, as with a buffer.  A body without flops (padding with
+  element is then computed about once, as with a buffer.  Several reads in one consumer
+  through the same indices count as one site (``y * (1 - y)`` in a sigmoid's gradient):
+  the code generator computes the repeated subexpression once.  A body without flops (padding with
   ``if_then_else``, transposes, reshapes with ``//``/``%``, casts, gathers) only moves reads,
   so it is inlined wherever the size allows -- except a guarded body (``select``: padding)
   read through a sliding window inside a reduction (an index like ``y + ry``): there the
@@ -100,6 +102,12 @@ def _covering(e: E.Expr, t: Tensor, loops: frozenset[E.Var]) -> bool:
     return all(_covering(c, t, loops) for c in children(e))
 
 
+def _read_indices(exprs: Iterable[E.Expr], t: Tensor) -> set[tuple[E.Expr, ...]]:
+    """The distinct index tuples through which ``exprs`` read ``t``."""
+    return {x.indices for e in exprs for x in walk(e)
+            if isinstance(x, E.TensorRead) and x.tensor is t}
+
+
 def _vars(e: E.Expr) -> Iterable[E.Var]:
     stack = [e]
     while stack:
@@ -161,7 +169,9 @@ def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_
             continue  # a padded window: one pass to pad beats a bounds test per term
         if sites and expr_flops(body) > 0:
             s = readers[0]
-            if sites != 1 or not isinstance(s.op, ComputeOp):
+            if len(readers) != 1 or not isinstance(s.op, ComputeOp):
+                continue
+            if sites != 1 and len(_read_indices(exprs[id(s)], p)) != 1:
                 continue
             if not _covering(exprs[id(s)][0], p, frozenset(ax.var for ax in s.op.axes)):
                 continue

@@ -56,12 +56,12 @@ def test_two_stages_with_a_temp():
     n = tc.var("n")
     X = tc.placeholder((n, 4), name="X")
     T = tc.compute((n, 4), lambda i, j: tc.exp(X[i, j]), name="T")  # read twice: a buffer
-    Y = tc.compute((n, 4), lambda i, j: T[i, j] * T[i, j] + 1.0, name="Y")
+    Y = tc.compute((n, 4), lambda i, j: T[i, j] * T[n - 1 - i, j] + 1.0, name="Y")
     cost = tc.cost(Y, sizes={n: 10})
     assert cost == Cost(flops=40 + 2 * 40, iterations=80, bytes=40 * 4)
     assert sympy.simplify(tc.cost(Y).bytes - 16 * sympy.Symbol("n")) == 0
     T64 = tc.compute((n, 4), lambda i, j: tc.cast(tc.exp(X[i, j]), "float64"), name="T64")
-    Z = tc.compute((n, 4), lambda i, j: T64[i, j] * T64[i, j], name="Z")
+    Z = tc.compute((n, 4), lambda i, j: T64[i, j] * T64[n - 1 - i, j], name="Z")
     assert tc.cost(Z, sizes={n: 10}).bytes == 40 * 8
 
 

@@ -50,11 +50,30 @@ def test_flop_free_transpose_into_matmul_is_inlined(rng):
 def test_stage_with_flops_read_twice_stays_a_buffer():
     X = tc.placeholder((4,), name="X")
     A = tc.compute((4,), lambda i: tc.exp(X[i]), name="A")
-    B = tc.compute((4,), lambda i: A[i] * A[i], name="B")
+    B = tc.compute((4,), lambda i: A[i] * A[3 - i], name="B")
     assert temps([B], [X]) == ["A"]
+    F1 = tc.compute((4,), lambda i: A[i] + 1.0, name="F1")  # two outputs read it
+    F2 = tc.compute((4,), lambda i: A[i] * 2.0, name="F2")
+    assert temps([F1, F2], [X]) == ["A"]
     C = tc.compute((4,), lambda i: tc.cast(X[i], "float64"), name="C")  # no flops
     D = tc.compute((4,), lambda i: C[i] * C[i] + C[3 - i], name="D")
     assert temps([D], [X]) == []
+
+
+def test_stage_read_twice_through_the_same_indices_is_inlined(rng):
+    """``s * (1 - s)`` of a sigmoid's gradient: one consumer reads ``s`` twice at the same
+    element, so inlining computes it once per element (the code generator shares the
+    repeated subexpression), with no buffer."""
+    X = tc.placeholder((3, 4), name="X", dtype="float64")
+    H = tc.placeholder((3, 4), name="H", dtype="float64")
+    S = tc.compute((3, 4), lambda i, j: tc.sigmoid(X[i, j]), name="S")
+    G = tc.compute((3, 4), lambda i, j: H[i, j] * (S[i, j] * (1.0 - S[i, j])), name="G")
+    func = check([G], [X, H], [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))])
+    assert allocs(func, "temp") == []
+    kernel = tc.build(G, [X, H])
+    x, h = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    s = 1 / (1 + np.exp(-x))
+    np.testing.assert_allclose(kernel(x, h), h * s * (1 - s), rtol=1e-14)
 
 
 def test_reduction_stage_never_inlined():
