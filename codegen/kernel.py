@@ -308,10 +308,12 @@ class Kernel:
 
 
 # A call runs on one thread when both its arguments and results and 4 bytes per innermost loop
-# iteration (its static cost for the call's sizes) stay below this: waking the worker threads
-# costs microseconds a parallel loop (far more on a loaded machine), more than such a kernel
-# gains.  0 threads every call.
-PARALLEL_MIN_BYTES = 8 << 20
+# iteration (its static cost for the call's sizes) stay below this: handing chunks to the
+# worker threads costs microseconds a parallel loop (far more on a loaded machine), more than
+# such a kernel gains.  Measured on the CPU benchmark's cases (2 cores, workers spinning
+# between jobs, benchmarks/README.md): threads lost at 4.7 MiB (a stride-2 convolution,
+# 33 us serial) and below, and won from 6 MiB up.  0 threads every call.
+PARALLEL_MIN_BYTES = 6 << 20
 
 
 def _itemsize(dtype: str) -> int:
