@@ -97,6 +97,34 @@ def _walk(e: E.Expr):
         stack.extend(children(x))
 
 
+def contiguous_reduction_last(body: E.Expr) -> E.Expr:
+    """``body`` with the axes of a top-level reduction reordered so that the axis more reads
+    walk with unit stride than any other is the innermost (last) one; otherwise ``body``.
+
+    A gradient's reduction axes come in the order differentiation made them: the weight
+    gradient of a depthwise convolution sums ``head[c, t2, t] * X[c, t2 + ry, t + rx]`` over
+    ``(t, t2)``, columns outside rows, so its innermost loop strides by a row (and the "i, k,
+    j" rule below then vectorises the 3-wide ``rx`` instead).  Reordering is legal when no
+    axis's bounds use another reduction axis (a box, not a triangle); it changes only the
+    order in which a sum's terms are added, as vectorising a reduction does."""
+    if not isinstance(body, E.Reduce) or len(body.axes) < 2:
+        return body
+    axes = body.axes
+    own = {ax.var for ax in axes}
+    if any((_vars(ax.lo) | _vars(ax.extent)) & own for ax in axes):
+        return body
+    reads = tensor_reads(body.body) + ([] if body.where is None else tensor_reads(body.where))
+
+    def score(ax: E.IterVar) -> int:
+        return sum(_unit_stride(r.indices, ax.var) for r in reads)
+
+    best = max(range(len(axes)), key=lambda n: (score(axes[n]), n))
+    if score(axes[best]) <= score(axes[-1]):
+        return body
+    order = axes[:best] + axes[best + 1:] + (axes[best],)
+    return E.Reduce(body.combiner, body.body, order, body.where, body.dtype)
+
+
 def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
                 conv: Callable[[E.Expr], E.Expr], taken: set[str], *,
                 parallel: bool = True) -> Stmt | None:

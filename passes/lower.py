@@ -68,7 +68,7 @@ from .absorb_crop import absorb_crops
 from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
-from .loop_order import reorder_sum
+from .loop_order import contiguous_reduction_last, reorder_sum
 from .lower_stage import (
     AllocMark,
     Context,
@@ -276,7 +276,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
             items.append(lower_scatter(ctx, buf.name, t.op, exprs[id(t)], buf))
             continue
         assert isinstance(t.op, ComputeOp)
-        (body,) = exprs[id(t)]
+        body = contiguous_reduction_last(exprs[id(t)][0])
         conv = expression_lowerer(ctx, buf.name)
         stmt = split_window_sum(t.op.axes, body, buf, conv, ctx.params, fresh=ctx.fresh)
         if stmt is None:

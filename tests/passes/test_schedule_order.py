@@ -10,7 +10,7 @@ from loop_interp import run
 import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import For
-from tecomp.passes.loop_order import invert_bounds
+from tecomp.passes.loop_order import coefficient, invert_bounds
 from tecomp.passes.lower import lower_program
 
 I64 = "int64"
@@ -107,3 +107,52 @@ def test_strided_convolution_puts_the_output_column_innermost():
     (got,) = run(func, arrays, constants=consts)
     (want,) = tc.evaluate([Y], dict(zip([X, W], arrays)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_weight_gradient_sums_along_rows():
+    """The depthwise weight gradient sums over (column, row) in differentiation's order; the
+    column (unit stride in both reads) becomes the innermost reduction loop."""
+    rng = np.random.default_rng(6)
+    X = tc.placeholder((1, 4, 12, 12), name="X")
+    W = tc.placeholder((4, 1, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, padding=1, groups=4)
+    H = tc.placeholder(Y.shape, name="H")
+    (gw,) = tc.gradient(Y, [W], head=H)
+    func, consts = lower_program([gw], [X, W, H])
+    acc = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
+           and x.body.reduce == "sum" and x.body.buffer.name.startswith("W_grad")]
+    assert acc and all(x.body.indices == () for x in acc)  # a dot product, not "i, k, j"
+    loads = [e for e in _exprs(acc[0].body.value) if isinstance(e, tc.loopir.BufferLoad)]
+    assert loads and all(coefficient(e.indices[-1], acc[0].var) == 1 for e in loads)
+    arrays = [rng.standard_normal((1, 4, 12, 12)), rng.standard_normal((4, 1, 3, 3)),
+              rng.standard_normal((1, 4, 12, 12))]
+    arrays = [a.astype(np.float32) for a in arrays]
+    (got,) = run(func, arrays, constants=consts)
+    (want,) = tc.evaluate([gw], dict(zip([X, W, H], arrays)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_triangular_reduction_keeps_its_axis_order():
+    """Reduction axes whose bounds use each other are never reordered."""
+    from tecomp.passes.loop_order import contiguous_reduction_last
+
+    A = tc.placeholder((8, 8), name="A")
+    r = tc.reduce_axis(8, name="r")
+    body = tc.compute((8,), lambda i: tc.sum(A[r, i], axis=r), name="S").op.body
+    s = tc.reduce_axis(8, name="s")
+    t = tc.reduce_axis((0, s + 1), name="t")  # t <= s: a triangle
+    tri = tc.compute((1,), lambda i: tc.sum(A[s, t], axis=[t, s]), name="T").op.body
+    assert contiguous_reduction_last(body) is body  # one axis
+    assert contiguous_reduction_last(tri) is tri
+    box = tc.compute((1,), lambda i: tc.sum(A[s, r], axis=[r, s]), name="B").op.body
+    assert [ax.var.name for ax in contiguous_reduction_last(box).axes] == ["s", "r"]
+
+
+def _exprs(e):
+    """``e`` and every expression below it (loop-IR loads included)."""
+    yield e
+    for name in getattr(e, "__dataclass_fields__", {}):
+        v = getattr(e, name)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, E.Expr) or isinstance(x, tc.loopir.BufferLoad):
+                yield from _exprs(x)
