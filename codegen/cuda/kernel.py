@@ -11,10 +11,17 @@ rules) and replaces the call: it schedules the lowered program into kernels
 2. allocates the outputs: NumPy arrays when every array argument is a NumPy array, else device
    arrays of the caller's library (``torch.empty`` on the tensor's device for PyTorch,
    ``cupy.empty`` for CuPy, a :class:`~.runtime.DeviceArray` otherwise), or uses ``out=``;
-3. allocates the temporaries, launches one kernel per stage in program order on the default
-   stream (grid-stride stages get blocks for a few waves; block reductions a block per output
-   and tiled contractions a block of ``TILE_THREADS`` per output tile, up to the same cap),
-   copies NumPy outputs back and frees what it allocated.
+3. launches one kernel per stage in program order on the default stream, following the
+   launch plan for the call's sizes (:mod:`.launch_plan`, made at the first call with them:
+   grid-stride stages get blocks for a few waves; block reductions a block per output and
+   tiled contractions a block of ``TILE_THREADS`` per output tile, up to the same cap; on a
+   GPU the temporaries are kept with the plan), copies NumPy outputs back and frees what it
+   allocated.
+
+The argument checks and the sizes they bind are remembered for the last shapes seen, so a
+steady-state call with device arrays and ``out=`` costs the checks of the arrays' interfaces,
+one ``cuCtxSetCurrent`` and one ``cuLaunchKernel`` per stage (plus a memset and a read-back of
+the error record for kernels with data-dependent index checks).
 
 With device outputs the call returns without waiting for the kernels (as PyTorch and CuPy do);
 ``DeviceArray.get()`` waits.  Building needs no GPU: ``source`` is the CUDA C, and the source
@@ -25,32 +32,28 @@ available (``compile_check`` says what happened).  Calling without a GPU raises
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from tecomp import expr as E
-from tecomp.errors import ArgumentError, CompileError, TecompError
+from tecomp.errors import ArgumentError, TecompError
 from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.tensor import Tensor
 
-from ..kernel import Kernel, _array, _bind, _resolve, _scalar, eval_int
-from .blocks import TILE_M, TILE_N, TILE_THREADS
+from ..kernel import Kernel, _array, _bind, _resolve, _scalar
 from .compile import DEFAULT_ARCH, CudaBinary, available_compilers, compile_cuda
-from .render import BLOCK, CudaRenderer
+from .launch_plan import MAX_PLANS, LaunchPlan
+from .render import CudaRenderer
 from .runtime import (
-    CudaDevice,
     Device,
     cuda_device,
     device_view,
     empty_like_library,
     interface,
 )
-from .schedule import GpuProgram, Stage, schedule
-
-# bytes per element of a temporary (bfloat16 temporaries hold __nv_bfloat16)
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8,
-             "bool": 1}
+from .schedule import GpuProgram, schedule
 
 
 class CudaKernel(Kernel):
@@ -83,6 +86,9 @@ class CudaKernel(Kernel):
         self.outputs = tuple(outputs) if outputs is not None else tuple(func.outputs)
         self._single = len(self._outs) == 1 if single is None else single
         self._hidden_dev: dict[int, list[int]] = {}
+        self._sizes_memo: dict[tuple, tuple[dict[E.Var, int], list[tuple[int, ...]]]] = {}
+        self._plans: dict[tuple, LaunchPlan] = {}
+        self._plans_lock = threading.Lock()
         self.binary: CudaBinary | None = None
         self.compile_check = "not run"
         if check:
@@ -121,27 +127,49 @@ class CudaKernel(Kernel):
             raise ArgumentError(
                 f"kernel {self.name!r} takes {len(self._args)} argument(s) ({names}), "
                 f"got {len(arrays)}")
-        sizes: dict[E.Var, int] = {}
-        source: dict[E.Var, str] = {}
+        scalars: list[tuple[E.Var, int, str]] = []
         for spec, x in zip(self._args, arrays):
             if not hasattr(spec, "buffer"):
-                sizes[spec.var] = _scalar(spec, x)
-                source[spec.var] = spec.label
+                scalars.append((spec.var, _scalar(spec, x), spec.label))
         ins: list[Any] = []
+        views: list[tuple[int, tuple[int, ...], np.dtype] | None] = []
         shapes = []
         protos = []
         for spec, pos in self._bufs:
             x = arrays[pos]
             if interface(x) is not None:
-                _, shape, dt = device_view(x, f"argument {pos} ({spec.label})")
-                _check_device_arg(spec, shape, dt, pos)
-                ins.append(x)
+                view = device_view(x, f"argument {pos} ({spec.label})")
+                _check_device_arg(spec, view[1], view[2], pos)
                 protos.append(x)
+                shape = view[1]
             else:
                 x = _array(spec, x, pos)
-                ins.append(x)
+                view = None
                 shape = x.shape
+            ins.append(x)
+            views.append(view)
             shapes.append(shape)
+        sizes, out_shapes = self._sizes(tuple(shapes), scalars)
+        dev = device if device is not None else _pick_device(views)
+        outs, out_ptrs = self._device_outputs(out, sizes, out_shapes, ins, views, protos, dev)
+        return self._run(dev, ins, [None if v is None else v[0] for v in views], outs,
+                         out_ptrs, sizes)
+
+    def _sizes(self, shapes: tuple[tuple[int, ...], ...],
+               scalars: list[tuple[E.Var, int, str]]
+               ) -> tuple[dict[E.Var, int], list[tuple[int, ...]]]:
+        """The size parameters bound by the arguments' shapes and scalars, and the outputs'
+        shapes (remembered for the last shapes seen: a call with the same shapes binds the
+        same sizes).  The dict returned must not be modified."""
+        key = (shapes, tuple(v for _, v, _ in scalars))
+        hit = self._sizes_memo.get(key)
+        if hit is not None:
+            return hit
+        sizes: dict[E.Var, int] = {}
+        source: dict[E.Var, str] = {}
+        for var, value, label in scalars:
+            sizes[var] = value
+            source[var] = label
         pending: list = []
         for (spec, _), shape in zip(self._bufs, shapes):
             _bind(spec, shape, sizes, source, pending)
@@ -153,18 +181,22 @@ class CudaKernel(Kernel):
                 raise ArgumentError(
                     f"kernel {self.name!r}: the size {p.name!r} is not determined by the "
                     "arguments' shapes; pass it as a tc.var input")
-        dev = device if device is not None else _pick_device(protos)
-        outs = self._device_outputs(out, sizes, ins, protos, dev)
-        return self._run(dev, ins, outs, sizes)
+        if len(self._sizes_memo) >= MAX_PLANS:
+            self._sizes_memo.pop(next(iter(self._sizes_memo)), None)
+        hit = self._sizes_memo[key] = (sizes, self._output_shapes(sizes))
+        return hit
 
-    def _device_outputs(self, out: Any, sizes: dict[E.Var, int], ins: list[Any],
-                        protos: list[Any], dev: Device) -> list[Any]:
-        shapes = self._output_shapes(sizes)
+    def _device_outputs(self, out: Any, sizes: dict[E.Var, int],
+                        shapes: list[tuple[int, ...]], ins: list[Any], views: list[Any],
+                        protos: list[Any], dev: Device) -> tuple[list[Any], list[int | None]]:
+        """The output arrays and their device addresses (None for NumPy outputs)."""
         if out is None:
             if protos:
-                return [empty_like_library(protos[0], s, o.np_dtype, dev)
+                outs = [empty_like_library(protos[0], s, o.np_dtype, dev)
                         for o, s in zip(self._outs, shapes)]
-            return [np.empty(s, dtype=o.np_dtype) for o, s in zip(self._outs, shapes)]
+                return outs, [device_view(o, spec.label)[0] for o, spec in zip(outs, self._outs)]
+            return [np.empty(s, dtype=o.np_dtype) for o, s in zip(self._outs, shapes)], \
+                [None] * len(self._outs)
         given = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(given) != len(self._outs):
             raise ArgumentError(
@@ -176,73 +208,87 @@ class CudaKernel(Kernel):
                                 "give all of one kind")
         if kinds == {True}:  # NumPy: the CPU kernel's rules (dtype, shape, layout, overlap)
             return Kernel._outputs(self, given, sizes,
-                                   [x for x in ins if isinstance(x, np.ndarray)])
-        spans = [_span(x) for x in ins if interface(x) is not None]
-        for n, (o, shape, spec) in enumerate(zip(given, shapes, self._outs)):
+                                   [x for x in ins if isinstance(x, np.ndarray)]), \
+                [None] * len(given)
+        spans = [_span(v) for v in views if v is not None]
+        ptrs: list[int | None] = []
+        for o, shape, spec in zip(given, shapes, self._outs):
             where = f"kernel {self.name!r}, out= for {spec.label}"
-            _, oshape, odt = device_view(o, where)
-            if odt != spec.np_dtype:
-                raise ArgumentError(f"{where}: expected dtype {spec.dtype}, got {odt}")
-            if oshape != shape:
-                raise ArgumentError(f"{where}: expected shape {shape}, got {oshape}")
-            mine = _span(o)
-            if any(_overlap(mine, s) for s in spans + [_span(x) for x in given[:n]]):
+            view = device_view(o, where)
+            if view[2] != spec.np_dtype:
+                raise ArgumentError(f"{where}: expected dtype {spec.dtype}, got {view[2]}")
+            if view[1] != shape:
+                raise ArgumentError(f"{where}: expected shape {shape}, got {view[1]}")
+            mine = _span(view)
+            if any(_overlap(mine, s) for s in spans):
                 raise ArgumentError(f"{where}: the array overlaps an input or another output")
-        return given
+            spans.append(mine)
+            ptrs.append(view[0])
+        return given, ptrs
 
-    def _run(self, dev: Device, ins: list[Any], outs: list[Any], sizes: dict[E.Var, int]
-             ) -> Any:
+    def _plan(self, dev: Device, sizes: dict[E.Var, int]) -> LaunchPlan:
+        """The launch plan for these sizes on ``dev`` (made at the first call with them)."""
+        key = (id(dev), tuple(sizes[p] for p in self.ir.params))
+        plan = self._plans.get(key)
+        if plan is not None and plan.device is dev:
+            return plan
         if self._bounds is not None:  # affine accesses the sizes break: nothing is run
             self._bounds.check_sizes(sizes, self.name)
         fns = dev.load(self.source, self.kernel_names)
-        owned: list[int] = []
-        ptr: dict[Buffer, int] = {}
-        copy_back: list[tuple[np.ndarray, int]] = []
-        try:
-            for (spec, _), x in zip(self._bufs, ins):
-                ptr[spec.buffer] = self._to_device(dev, x, owned)
-            for spec, p in zip(self._hidden_specs, self._hidden_pointers(dev)):
-                ptr[spec.buffer] = p
+        order = [spec.buffer for spec, _ in self._bufs]
+        order += [spec.buffer for spec in self._hidden_specs]
+        record_bytes = 0
+        if self._bounds is not None:
+            order.append(self._bounds.error)
+            record_bytes = self._bounds.new_record().nbytes
+        order += [spec.buffer for spec in self._outs]
+        order += list(self.program.temps)
+        plan = LaunchPlan(self.name, self.program, dev, fns, sizes, order, self.ir.params,
+                          record_bytes, self._hidden_pointers(dev))
+        with self._plans_lock:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.pop(next(iter(self._plans)), None)
+            self._plans[key] = plan
+        return plan
+
+    def _run(self, dev: Device, ins: list[Any], in_ptrs: list[int | None], outs: list[Any],
+             out_ptrs: list[int | None], sizes: dict[E.Var, int]) -> Any:
+        with dev.session():  # the device's context made current once for the whole call
+            plan = self._plan(dev, sizes)
+            owned: list[int] = []
+            copy_back: list[tuple[np.ndarray, int]] = []
             record = None
-            if self._bounds is not None:  # the error record: zeroed, read back after
-                record = self._bounds.new_record()
-                p = dev.alloc(record.nbytes)
-                owned.append(p)
-                dev.copy_in(p, record)
-                copy_back.append((record, p))
-                ptr[self._bounds.error] = p
-            for spec, o in zip(self._outs, outs):
-                if interface(o) is None:
-                    p = dev.alloc(o.nbytes)
-                    owned.append(p)
-                    copy_back.append((o, p))
-                    ptr[spec.buffer] = p
+            try:
+                ptrs = [self._to_device(dev, x, owned) if p is None else p
+                        for x, p in zip(ins, in_ptrs)]
+                ptrs += plan.hidden
+                record_ptr = 0
+                if self._bounds is not None:  # the error record: zeroed, read back after
+                    record = self._bounds.new_record()
+                    if plan.record is not None:
+                        record_ptr = plan.record.ptr
+                    else:
+                        record_ptr = dev.alloc(record.nbytes)
+                        owned.append(record_ptr)
+                        dev.copy_in(record_ptr, record)
+                    ptrs.append(record_ptr)
+                for o, p in zip(outs, out_ptrs):
+                    if p is None:
+                        p = dev.alloc(o.nbytes)
+                        owned.append(p)
+                        copy_back.append((o, p))
+                    ptrs.append(p)
+                if plan.keep:
+                    ptrs += [t.ptr for t in plan.temps]
                 else:
-                    ptr[spec.buffer] = device_view(o, spec.label)[0]
-            for b in self.program.temps:
-                n = 1
-                for d, e in enumerate(b.shape):
-                    v = eval_int(e, sizes)
-                    if v < 0:
-                        raise ArgumentError(f"kernel {self.name!r}: temporary {b.name!r}, "
-                                            f"axis {d} has extent {e} = {v}")
-                    n *= v
-                p = dev.alloc(n * _ITEMSIZE[b.dtype])
-                owned.append(p)
-                ptr[b] = p
-            params = [sizes[p] for p in self.ir.params]
-            for st in self.program.stages:
-                grid, block = self._launch_config(st, dev, sizes)
-                if grid == 0:
-                    continue
-                argv, keep = _pack(st, ptr, params, self.ir.params)
-                dev.launch(fns[st.name], grid, block, argv)
-                del keep
-            for host, p in copy_back:
-                dev.copy_out(host, p)
-        finally:
-            for p in owned:
-                dev.free(p)
+                    for n in plan.temp_bytes:
+                        p = dev.alloc(n)
+                        owned.append(p)
+                        ptrs.append(p)
+                plan.run(dev, ptrs, copy_back, record, record_ptr)
+            finally:
+                for p in owned:
+                    dev.free(p)
         if record is not None:
             self._bounds.raise_if_failed(record, sizes, self.name)
         if self._single:
@@ -250,8 +296,6 @@ class CudaKernel(Kernel):
         return tuple(outs)
 
     def _to_device(self, dev: Device, x: Any, owned: list[int]) -> int:
-        if interface(x) is not None:
-            return device_view(x, "input")[0]
         p = dev.alloc(x.nbytes)
         owned.append(p)
         dev.copy_in(p, x)
@@ -270,17 +314,6 @@ class CudaKernel(Kernel):
             self._hidden_dev[key] = hit
         return hit
 
-    def _launch_config(self, st: Stage, dev: Device, sizes: dict[E.Var, int]
-                       ) -> tuple[int, int]:
-        if st.serial:
-            return 1, 1
-        if st.tiling is not None or st.block_reduce is not None:
-            return _block_config(st, dev, sizes)
-        grid, block = dev.config(_iterations(st, sizes), bool(st.private))
-        if st.private:  # the block-wide combine works on whole warps
-            block = max(32, block // 32 * 32)
-        return grid, block
-
 
 def _check_device_arg(spec: Any, shape: tuple[int, ...], dt: np.dtype, pos: int) -> None:
     where = f"argument {pos} ({spec.label})"
@@ -292,9 +325,11 @@ def _check_device_arg(spec: Any, shape: tuple[int, ...], dt: np.dtype, pos: int)
                             "cast implicitly")
 
 
-def _span(x: Any) -> tuple[int, int]:
-    ptr, shape, dt = device_view(x, "array")
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+def _span(view: tuple[int, tuple[int, ...], np.dtype]) -> tuple[int, int]:
+    ptr, shape, dt = view
+    n = dt.itemsize
+    for s in shape:
+        n *= s
     return ptr, ptr + n
 
 
@@ -302,76 +337,17 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
 
 
-def _pick_device(protos: list[Any]) -> Device:
+def _pick_device(views: list[Any]) -> Device:
+    """GPU 0, or the GPU owning the first device argument when there are several GPUs."""
     dev = cuda_device(0)
-    for x in protos:
-        ptr = device_view(x, "array")[0]
-        if ptr and isinstance(dev, CudaDevice):
-            ordinal = dev.pointer_ordinal(ptr)
-            if ordinal is not None and ordinal != dev.ordinal:
-                return cuda_device(ordinal)
-        break
+    if dev.device_count > 1:
+        for v in views:
+            if v is not None:
+                ordinal = dev.pointer_ordinal(v[0]) if v[0] else None
+                if ordinal is not None and ordinal != dev.ordinal:
+                    return cuda_device(ordinal)
+                break
     return dev
-
-
-def _iterations(st: Stage, sizes: dict[E.Var, int]) -> int | None:
-    """The size of the stage's grid-mapped iteration space, when the host can compute it."""
-    env = dict(sizes)
-    try:
-        for v, value in st.lets:
-            env[v] = eval_int(value, env)
-        total = 1
-        for loop in st.mapped:
-            lo, hi = eval_int(loop.lo, env), eval_int(loop.hi, env)
-            total *= max(0, -(-(hi - lo) // loop.step))
-        return total
-    except (ArgumentError, CompileError, KeyError, TypeError, ZeroDivisionError):
-        return None  # bounds read memory or wrapper lets: the grid-stride loop copes
-
-
-def _block_config(st: Stage, dev: Device, sizes: dict[E.Var, int]) -> tuple[int, int]:
-    """(blocks, threads) of a block-level stage: a block per output (block reduction) or per
-    output tile (tiling, exactly TILE_THREADS threads), capped like a grid-stride loop."""
-    units = None
-    env = dict(sizes)
-    try:
-        for v, value in st.lets:
-            env[v] = eval_int(value, env)
-        if st.tiling is not None:
-            tl = st.tiling
-            units = _trips(tl.batch, env) * (-(-_trips(tl.rows, env) // TILE_M)) * (
-                -(-_trips(tl.cols, env) // TILE_N))
-        else:
-            units = _trips(st.block_reduce.outer, env)
-    except (ArgumentError, CompileError, KeyError, TypeError, ZeroDivisionError):
-        units = None
-    grid, block = dev.config(None if units is None else units * BLOCK, False)
-    if units is not None:
-        grid = max(1, min(grid, units))
-    if st.tiling is not None:
-        block = TILE_THREADS
-    return grid, max(32, block // 32 * 32)  # the block-wide combine works on whole warps
-
-
-def _trips(loops: Sequence[Any], env: dict[E.Var, int]) -> int:
-    total = 1
-    for loop in loops:
-        lo, hi = eval_int(loop.lo, env), eval_int(loop.hi, env)
-        total *= max(0, -(-(hi - lo) // loop.step))
-    return total
-
-
-def _pack(st: Stage, ptr: dict[Buffer, int], params: list[int], pvars: Sequence[E.Var]
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """``kernelParams``: an array of pointers to the argument values (8-byte slots; an int32
-    argument reads the low half of its slot, which is its value on little-endian hosts)."""
-    vals = [ptr[b] for b in st.buffers]
-    for v, p in zip(pvars, params):
-        vals.append(p if v.dtype != "int32" else int(np.int32(p)) & 0xFFFFFFFF)
-    slots = np.array([x & 0xFFFFFFFFFFFFFFFF for x in vals] or [0], dtype=np.uint64)
-    argv = np.array([slots.ctypes.data + 8 * k for k in range(len(vals))] or [0],
-                    dtype=np.uint64)
-    return argv, slots
 
 
 def build_cuda(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,

@@ -9,8 +9,13 @@ Without cuda-python, without a driver or without a GPU, :func:`cuda_device` rais
 library cannot be loaded, which is caught and reported the same way.
 
 All work goes to the legacy default stream (stream 0), which orders it after work other
-libraries queued on their default streams.  Temporaries are allocated stream-ordered
-(``cuMemAllocAsync``/``cuMemFreeAsync``) so freeing them does not wait for the kernels.
+libraries queued on their default streams.  Device memory is allocated stream-ordered
+(``cuMemAllocAsync``/``cuMemFreeAsync``, falling back to ``cuMemAlloc`` and a synchronised
+``cuMemFree`` on drivers without memory pools) so freeing it does not wait for the kernels; a
+GPU :attr:`~Device.keeps_buffers`: kernels keep their temporaries between calls
+(:mod:`.launch_plan`).  A kernel call is one :meth:`~Device.session`: the context is made
+current once at its start (other libraries may change the current context between calls, not
+during one), not before every driver call.
 
 Arrays: anything exposing ``__cuda_array_interface__`` (CuPy, PyTorch, Numba, and
 :class:`DeviceArray`) is used in place (no copy); its data must be C-contiguous.
@@ -61,6 +66,17 @@ class Device:
     def synchronize(self) -> None:
         pass
 
+    def zero(self, ptr: int, nbytes: int) -> None:
+        """Set ``nbytes`` bytes at ``ptr`` to zero, in order with the launches."""
+        self.copy_in(ptr, np.zeros(nbytes, dtype=np.uint8))
+
+    def session(self) -> Any:
+        """A context manager around one kernel call (a GPU makes its context current once)."""
+        return _NO_SESSION
+
+    #: whether kernels keep their temporaries and error records on this device between calls
+    keeps_buffers = False
+
     @property
     def multiprocessors(self) -> int:
         return 132
@@ -75,7 +91,44 @@ class Device:
         return min(cap, -(-total // BLOCK)), BLOCK
 
 
+class _NoSession:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_NO_SESSION = _NoSession()
+
+
 # ------------------------------------------------------------------------------ the driver
+# Per thread: how many kernel calls are under way (sessions) and the context the last of our
+# ``cuCtxSetCurrent`` made current.  Inside a session only tecomp runs on the thread, so that
+# context is still current and need not be set again; outside, another library may have
+# changed it, so every driver call sets it.
+_TLS = threading.local()
+
+
+class _Session:
+    __slots__ = ("dev",)
+
+    def __init__(self, dev: "CudaDevice") -> None:
+        self.dev = dev
+
+    def __enter__(self) -> None:
+        depth = getattr(_TLS, "depth", 0)
+        if not depth:  # what was current before the call is not known
+            _TLS.ctx = None
+        _TLS.depth = depth + 1
+        self.dev.activate()
+
+    def __exit__(self, *exc: Any) -> None:
+        _TLS.depth -= 1
+        if not _TLS.depth:
+            _TLS.ctx = None
+
+
 def _driver():
     try:
         from cuda.bindings import driver
@@ -141,16 +194,29 @@ class CudaDevice(Device):
         name = _check(cu, cu.cuDeviceGetName(256, self.dev), "cuDeviceGetName")
         self.name = name.split(b"\0")[0].decode() if isinstance(name, bytes) else str(name)
         self.ctx = _check(cu, cu.cuDevicePrimaryCtxRetain(self.dev), "cuDevicePrimaryCtxRetain")
+        self.device_count = int(count)
         self._modules: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._async_alloc = True
+        self._memset_async = getattr(cu, "cuMemsetD32Async", None) is not None
+        self._session = _Session(self)
+        self._ok = cu.CUresult.CUDA_SUCCESS
+
+    keeps_buffers = True  # stream-ordered reuse: see :mod:`.launch_plan`
 
     @property
     def multiprocessors(self) -> int:
         return int(self._sms)
 
     def activate(self) -> None:
+        """Make this GPU's context current, unless a session has already done so."""
+        if getattr(_TLS, "depth", 0) and getattr(_TLS, "ctx", None) is self.ctx:
+            return
         _check(self.cu, self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        _TLS.ctx = self.ctx
+
+    def session(self) -> Any:
+        return self._session
 
     def alloc(self, nbytes: int) -> int:
         self.activate()
@@ -199,10 +265,20 @@ class CudaDevice(Device):
             self._modules[source] = (module, fns)
             return fns
 
+    def zero(self, ptr: int, nbytes: int) -> None:
+        if self._memset_async and nbytes % 4 == 0:
+            self.activate()
+            _check(self.cu, self.cu.cuMemsetD32Async(ptr, 0, nbytes // 4, 0),
+                   "cuMemsetD32Async")
+        else:
+            super().zero(ptr, nbytes)
+
     def launch(self, fn: Any, grid: int, block: int, argv: np.ndarray) -> None:
         self.activate()
-        _check(self.cu, self.cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0,
-                                               argv.ctypes.data, 0), "cuLaunchKernel")
+        res = self.cu.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0,
+                                     argv.__array_interface__["data"][0], 0)
+        if res[0] != self._ok:
+            _check(self.cu, res, "cuLaunchKernel")
 
     def synchronize(self) -> None:
         self.activate()

@@ -87,6 +87,7 @@ class FakeDriver:
         return OK, f"ctx{dev}"
 
     def cuCtxSetCurrent(self, ctx):  # noqa: N802
+        self._log("cuCtxSetCurrent")
         self.current_ctx = ctx
         return (OK,)
 
@@ -113,6 +114,13 @@ class FakeDriver:
     def cuMemFree(self, ptr):  # noqa: N802
         self._log("cuMemFree")
         self.emu.free(int(ptr))
+        return (OK,)
+
+    def cuMemsetD32Async(self, dst, value, count, stream):  # noqa: N802
+        self._need_ctx()
+        self._log("cuMemsetD32Async")
+        assert stream == 0 and value == 0, "only zeroing on the default stream is emulated"
+        ctypes.memset(int(dst), 0, 4 * int(count))
         return (OK,)
 
     def cuMemcpyHtoD(self, dst, src, nbytes):  # noqa: N802
@@ -157,6 +165,7 @@ class FakeDriver:
         raise AssertionError(f"kernel {name} was not compiled for the emulation")
 
     def cuCtxSynchronize(self):  # noqa: N802
+        self._log("cuCtxSynchronize")
         self.syncs += 1
         return (OK,)
 
