@@ -38,6 +38,7 @@ from ..cost import count_iterations
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..tensor import Tensor
+from .call_plan import MAX_PLANS, Plan, data_address
 
 
 class _BufArg:
@@ -98,6 +99,7 @@ class Kernel:
                         getattr(entry, "pooled", ())]
         self._pool = threading.local()
         self._work: dict[tuple[int, ...], int] = {}  # iterations per call, by sizes
+        self._plans: dict[tuple[tuple[int, ...], ...], Plan] = {}  # by argument shapes
         nbuf = len(func.inputs) + len(func.outputs) + len(self._pooled)
         self._threaded = bool(getattr(entry, "threads", False))
         nint = len(func.params) + (1 if self._threaded else 0)
@@ -174,6 +176,66 @@ class Kernel:
 
     # ------------------------------------------------------------------------ calling
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        if self._plans:
+            try:
+                plan = self._plans.get(tuple([a.shape for a in arrays]))
+            except AttributeError:  # not all arrays
+                plan = None
+            if plan is not None:
+                given = None if out is None else (
+                    out if isinstance(out, (tuple, list)) else (out,))
+                got = self._call_planned(plan, arrays, given)
+                if got is not None:
+                    return got
+        return self._call(arrays, out)
+
+    def _call_planned(self, plan: Plan, arrays: tuple[Any, ...],
+                      given: Sequence[Any] | None) -> Any:
+        """A call with the shapes of an earlier successful call (``plan``): sizes, output
+        shapes and the thread decision are known, so only the dtype and the C-contiguous,
+        aligned layout of each array are checked, and that ``out=`` arrays are writeable and
+        overlap nothing.  None when an array fails a check (the full path then reports or
+        copies it)."""
+        ptrs, spans = [], []
+        for a, (dt, strides) in zip(arrays, plan.layout):
+            if type(a) is not np.ndarray or a.dtype != dt or a.strides != strides:
+                return None
+            p = data_address(a)
+            if p % dt.alignment:
+                return None
+            ptrs.append(p)
+            if given is not None:
+                spans.append((p, p + a.nbytes))
+        ptrs += plan.hidden
+        if given is None:
+            outs = [np.empty(shape, dtype=dt) for shape, dt, _ in plan.outputs]
+            ptrs += [data_address(o) for o in outs]
+        else:
+            if len(given) != len(plan.outputs):
+                return None
+            outs = list(given)
+            for o, (shape, dt, strides) in zip(outs, plan.outputs):
+                if type(o) is not np.ndarray or o.dtype != dt or o.shape != shape or \
+                        o.strides != strides or not o.flags.writeable:
+                    return None
+                p = data_address(o)
+                end = p + o.nbytes
+                if p % dt.alignment or any(p < hi and lo < end for lo, hi in spans):
+                    return None
+                spans.append((p, end))
+                ptrs.append(p)
+        if self._pooled:
+            ptrs += self._temporaries(plan.sizes)
+        params = plan.params
+        if self._threaded:
+            params = params + [self.threads if plan.work >= PARALLEL_MIN_BYTES else 1]
+        rc = self._fn(*ptrs, *params)
+        if rc != 0:
+            raise ArgumentError(
+                f"kernel {self.name!r}: out of memory for a temporary buffer (code {rc})")
+        return outs[0] if self._single else tuple(outs)
+
+    def _call(self, arrays: tuple[Any, ...], out: Any) -> Any:
         if len(arrays) != len(self._args):
             names = ", ".join(a.label for a in self._args)
             raise ArgumentError(
@@ -210,6 +272,8 @@ class Kernel:
             ptrs.append(record.ctypes.data)
         if self._pooled:
             ptrs += self._temporaries(sizes)
+        work = 0
+        plain = list(params)
         if self._threaded:
             nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
             work = max(nbytes, 4 * self._iterations(params, sizes))
@@ -220,9 +284,24 @@ class Kernel:
                 f"kernel {self.name!r}: out of memory for a temporary buffer (code {rc})")
         if record is not None:
             self._bounds.raise_if_failed(record, sizes, self.name)
+        elif len(self._bufs) == len(arrays) and all(a is x for a, x in zip(ins, arrays)):
+            self._remember(arrays, plain, sizes, outs, work)
         if self._single:
             return outs[0]
         return tuple(outs)
+
+    def _remember(self, arrays: tuple[Any, ...], params: list[int], sizes: dict[E.Var, int],
+                  outs: list[np.ndarray], work: int) -> None:
+        """Keep what a successful call with these shapes worked out (see
+        :meth:`_call_planned`).  Only calls whose arguments are all arrays, used as given,
+        with no bounds record, are remembered; outputs are expected C-contiguous."""
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        self._plans[tuple(a.shape for a in arrays)] = Plan(
+            layout=tuple((a.dtype, a.strides) for a in arrays),
+            outputs=tuple((o.shape, o.dtype, np.empty(o.shape, o.dtype).strides) for o in outs),
+            hidden=[a.ctypes.data for a in self._hidden],
+            params=params, sizes=dict(sizes), work=work)
 
     def _iterations(self, params: list[int], sizes: dict[E.Var, int]) -> int:
         """Innermost-loop iterations of a call with these sizes (as ``tc.cost`` counts them,

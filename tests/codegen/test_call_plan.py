@@ -1,0 +1,120 @@
+"""Calls that reuse a remembered plan (codegen/call_plan.py): same results and same errors as
+the first call of a shape; each argument's layout still checked on every call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen.call_plan import _DATA_OFFSET, data_address
+from tecomp.errors import ArgumentError
+
+n = tc.var("n")
+X = tc.placeholder((n, 3), name="X")
+Y = tc.placeholder((3,), name="Y")
+Z = tc.compute((n, 3), lambda i, j: X[i, j] * Y[j] + 1.0, name="Z")
+S = tc.compute((n,), lambda i: Z[i, 0] + Z[i, 1] * Z[i, 2], name="S")
+KERNEL = tc.build([Z, S], [X, Y])
+
+
+def _want(x, y):
+    z = x * y + 1
+    return z, z[:, 0] + z[:, 1] * z[:, 2]
+
+
+def _check(got, x, y):
+    for g, w in zip(got, _want(x, y)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)  # FMA contraction
+
+
+def test_data_address_matches_ctypes():
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((5, 3)).astype(np.float32), np.arange(12.0)[2:],
+              np.zeros((3, 4), np.int16).T, np.empty(0), np.ones(())]
+    for a in arrays:
+        assert data_address(a) == a.ctypes.data
+    assert _DATA_OFFSET is not None  # CPython with NumPy: the fast path is in use
+
+
+def test_repeated_calls_with_one_and_several_shapes():
+    rng = np.random.default_rng(1)
+    k = tc.build([Z, S], [X, Y])
+    for rows in (4, 7, 4, 7, 0, 4):
+        x = rng.standard_normal((rows, 3)).astype(np.float32)
+        y = rng.standard_normal(3).astype(np.float32)
+        _check(k(x, y), x, y)
+    assert len(k._plans) == 3
+
+
+def test_layout_and_dtype_checked_on_every_call():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 3)).astype(np.float32)
+    y = rng.standard_normal(3).astype(np.float32)
+    _check(KERNEL(x, y), x, y)  # the plan for (6, 3), (3,)
+    with pytest.raises(ArgumentError, match="dtype float32, got float64"):
+        KERNEL(x.astype(np.float64), y)
+    wide = rng.standard_normal((6, 6)).astype(np.float32)
+    _check(KERNEL(wide[:, ::2], y), wide[:, ::2], y)  # strided: copied by the full path
+    raw = np.empty(6 * 3 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(6, 3)  # unaligned
+    raw[...] = x
+    _check(KERNEL(raw, y), x, y)
+    with pytest.raises(ArgumentError, match="expected extent 3"):
+        KERNEL(rng.standard_normal((6, 4)).astype(np.float32), y)
+    with pytest.raises(ArgumentError):
+        KERNEL([[1.0, 2.0, 3.0]], y)
+
+
+def test_out_arrays_checked_on_every_call():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    y = rng.standard_normal(3).astype(np.float32)
+    z, s = np.empty((5, 3), np.float32), np.empty(5, np.float32)
+    for _ in range(2):  # the second call uses the plan
+        got = KERNEL(x, y, out=(z, s))
+        assert got[0] is z and got[1] is s
+        _check(got, x, y)
+    with pytest.raises(ArgumentError, match="overlaps"):
+        KERNEL(x, y, out=(x, s))
+    both = np.empty(20, np.float32)
+    with pytest.raises(ArgumentError, match="overlaps"):
+        KERNEL(x, y, out=(both[:15].reshape(5, 3), both[10:15]))
+    ro = np.empty((5, 3), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ArgumentError, match="writeable"):
+        KERNEL(x, y, out=(ro, s))
+    with pytest.raises(ArgumentError, match="shape"):
+        KERNEL(x, y, out=(np.empty((5, 4), np.float32), s))
+    with pytest.raises(ArgumentError, match="dtype"):
+        KERNEL(x, y, out=(z.astype(np.float64), s))
+
+
+def test_threads_and_threshold_read_at_each_call():
+    import tecomp.codegen.kernel as K
+
+    A = tc.placeholder((256, 256), name="A")
+    B = tc.compute((256, 256), lambda i, j: tc.exp(A[i, j]) * 2.0, name="B")
+    k = tc.build(B, [A])
+    a = np.random.default_rng(4).standard_normal((256, 256)).astype(np.float32)
+    seen = []
+    real = k._fn
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    k._fn = spy
+    old = K.PARALLEL_MIN_BYTES
+    try:
+        K.PARALLEL_MIN_BYTES = 0
+        k.threads = 2
+        np.testing.assert_allclose(k(a), np.exp(a) * 2, rtol=1e-6)
+        np.testing.assert_allclose(k(a), np.exp(a) * 2, rtol=1e-6)
+        k.threads = 1
+        k(a)
+        K.PARALLEL_MIN_BYTES = 1 << 62
+        k.threads = 2
+        k(a)
+    finally:
+        K.PARALLEL_MIN_BYTES = old
+    assert seen == [2, 2, 1, 1]
