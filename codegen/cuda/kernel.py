@@ -137,8 +137,9 @@ class CudaKernel(Kernel):
         protos = []
         for spec, pos in self._bufs:
             x = arrays[pos]
-            if interface(x) is not None:
-                view = device_view(x, f"argument {pos} ({spec.label})")
+            cai = interface(x)
+            if cai is not None:
+                view = device_view(x, f"argument {pos} ({spec.label})", cai)
                 _check_device_arg(spec, view[1], view[2], pos)
                 protos.append(x)
                 shape = view[1]
@@ -202,7 +203,8 @@ class CudaKernel(Kernel):
             raise ArgumentError(
                 f"kernel {self.name!r}: out= has {len(given)} array(s) for {len(self._outs)} "
                 "output(s)")
-        kinds = {interface(o) is None for o in given}
+        cais = [interface(o) for o in given]
+        kinds = {c is None for c in cais}
         if len(kinds) > 1:
             raise ArgumentError(f"kernel {self.name!r}: out= mixes NumPy and device arrays; "
                                 "give all of one kind")
@@ -212,9 +214,9 @@ class CudaKernel(Kernel):
                 [None] * len(given)
         spans = [_span(v) for v in views if v is not None]
         ptrs: list[int | None] = []
-        for o, shape, spec in zip(given, shapes, self._outs):
+        for o, cai, shape, spec in zip(given, cais, shapes, self._outs):
             where = f"kernel {self.name!r}, out= for {spec.label}"
-            view = device_view(o, where)
+            view = device_view(o, where, cai)
             if view[2] != spec.np_dtype:
                 raise ArgumentError(f"{where}: expected dtype {spec.dtype}, got {view[2]}")
             if view[1] != shape:

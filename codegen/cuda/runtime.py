@@ -381,9 +381,13 @@ def interface(x: Any) -> dict[str, Any] | None:
     return cai if isinstance(cai, dict) else None
 
 
-def device_view(x: Any, label: str) -> tuple[int, tuple[int, ...], np.dtype]:
-    """(pointer, shape, dtype) of a device array; it must be C-contiguous and unmasked."""
-    cai = interface(x)
+def device_view(x: Any, label: str, cai: dict[str, Any] | None = None
+                ) -> tuple[int, tuple[int, ...], np.dtype]:
+    """(pointer, shape, dtype) of a device array; it must be C-contiguous and unmasked.
+    ``cai``: its ``__cuda_array_interface__`` when the caller has read it already (reading
+    it can cost microseconds, e.g. for PyTorch tensors)."""
+    if cai is None:
+        cai = interface(x)
     if cai is None:
         raise ArgumentError(f"{label}: not a device array")
     shape = tuple(int(s) for s in cai["shape"])
