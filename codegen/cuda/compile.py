@@ -184,16 +184,20 @@ def _compile_nvrtc(source: str, arch: str) -> CudaBinary:
         opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17"]
         opts += [f"-I{d}".encode() for d in cuda_include_dirs()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        # NVRTC writes into the buffers it is given: a bytearray, never ``b" " * size``,
+        # which for size 1 is the interpreter's shared ``b" "`` object (NVRTC's empty log
+        # "\0" then turns every ``b" "`` of the process into ``b"\x00"``: PyTorch imported
+        # after that failed to parse its own operator schemas)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log_buf = b" " * size
+        log_buf = bytearray(max(size, 1))
         nvrtc.nvrtcGetProgramLog(prog, log_buf)
-        log = log_buf.rstrip(b"\0 ").decode(errors="replace")
+        log = bytes(log_buf).rstrip(b"\0 ").decode(errors="replace")
         if err != ok:
             raise CompileError(f"cuda compile: NVRTC failed for {arch}:\n{log}")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         if err != ok or size == 0:
             raise CompileError(f"cuda compile: NVRTC produced no cubin for {arch} ({err})")
-        image = b" " * size
+        image = bytearray(size)
         (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
         if err != ok:
             raise CompileError(f"cuda compile: nvrtcGetCUBIN failed ({err})")
