@@ -134,14 +134,14 @@ def _global(module: ir.Module, name: str, t: ir.Type, align: int) -> ir.GlobalVa
 def build_module() -> ir.Module:
     """The runtime module: ``tecomp_parallel_for`` and its pool of worker threads.
 
-    The pool: ``workers`` detached threads (started on demand, at most :data:`MAX_WORKERS`)
-    spin for :data:`SPIN_ROUNDS` rounds on the generation, then sleep on a condition
-    variable.  A call publishes its record as ``job`` with a new generation and wakes them
-    (a spinning worker sees the generation change without being woken); a worker that sees
-    a new generation takes a reference to the job, if it still has a free slot (``nthreads - 1`` of them), and works on it.  The caller
-    clears ``job`` under the lock before dropping its own reference, so a worker never touches
-    a freed record.  Concurrent callers may replace each other's job before a worker sees it:
-    the caller then does its own chunks (correct, only less parallel).
+    The pool: ``workers`` detached threads (started on demand, at most :data:`MAX_WORKERS`) spin
+    for :data:`SPIN_ROUNDS` rounds on the generation, then sleep on a condition variable. A call
+    publishes its record as ``job`` with a new generation and wakes them (a spinning worker sees
+    the generation change without being woken); a worker that sees a new generation takes a
+    reference to the job, if it still has a free slot (``nthreads - 1`` of them), and works on
+    it. The caller clears ``job`` under the lock before dropping its own reference, so a worker
+    never touches a freed record. Concurrent callers may replace each other's job before a
+    worker sees it: the caller then does its own chunks (correct, only less parallel).
     """
     module = ir.Module(name="tecomp_runtime")
     work = _worker(module)
