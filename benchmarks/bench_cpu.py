@@ -334,11 +334,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(doc)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cpu.md").write_text(doc)
+    # a run of some cases leaves the full suite's table and the README's plot alone
+    subset = len(todo) < len(cases_mod.all_cases())
+    name = "cpu_subset" if subset else "cpu"
+    (out / f"{name}.md").write_text(doc)
+    print(f"written: {out / (name + '.md')}")
     try:
         from benchmarks.plot import plot_cpu
 
-        targets = [out / "bench_cpu.png"] + ([Path(args.plot)] if args.plot else [])
+        targets = [out / f"bench_{name}.png"] + ([Path(args.plot)] if args.plot and not subset
+                                                 else [])
         plot_cpu(rows, targets, f"tecomp vs peers, {stamp}, {machine()}")
     except ImportError as err:
         print(f"plot skipped: {err} (matplotlib not installed)")
