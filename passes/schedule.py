@@ -61,10 +61,11 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     R``) where lowering put the bare ``v``; iterations still write disjoint elements.  It is
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
+    from .fuse_loops import fuse_row_loops
     from .schedule_dot import block_dots
     from .schedule_tile import block_rows
 
-    func = block_dots(block_rows(func))
+    func = fuse_row_loops(block_dots(block_rows(func)))
     return fuse_parallel(func) if threads else func
 
 

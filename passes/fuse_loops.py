@@ -1,0 +1,112 @@
+"""Fusion of consecutive parallel loops over the same rows (a CPU scheduling pass).
+
+Lowering gives every stage its own loop nest, so a softmax is four passes over its rows
+(max, exp, sum, divide), each a separate ``"parallel"`` loop: four fork-joins, and each row is
+brought into cache four times.  Consecutive top-level parallel loops with the same bounds are
+fused into one (loop fusion, Kennedy & McKinley, "Maximizing Loop Parallelism and Improving
+Data Locality via Loop Fusion and Distribution", LCPC 1993)::
+
+    parallel for (i0, 0, 256) { m[i0] = max_k X[i0, k] }        parallel for (i0, 0, 256) {
+    parallel for (i0, 0, 256) {                         ==>       m[i0] = max_k X[i0, k]
+      for (i1) { e[i0, i1] = exp(X[i0, i1] - m[i0]) } }           for (i1) { e[i0, i1] = .. }
+                                                                }
+
+Legality.  Fusing ``for v: A(v)`` and ``for v: B(v)`` into ``for v: A(v); B(v)`` reorders
+``A(w)`` after ``B(v)`` for ``v < w``, which is harmless when no iteration touches what
+another iteration writes.  The fused loop is kept only when that holds syntactically: every
+buffer stored in it (outside the loop's own allocations) has, at one position ``d``, the bare
+loop variable in the index of every store to it and of every load of it.  Then iteration
+``v`` writes and reads only the slice ``d = v`` of such buffers, and reads other buffers that
+no iteration writes, so the iterations are independent and may also still run in parallel.
+The top-level allocations around the loops are hoisted to enclose the fused loop (they were
+nested around the rest of the program already, so no buffer lives longer than before in
+practice).
+
+Only loops with at least ``min_trips`` iterations are fused: a shorter parallel loop (a batch
+of 1) is left for :func:`.schedule.fuse_parallel` to collapse with its inner loops, which needs
+a perfect nest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt
+
+from .schedule import _collect, _names, _trips
+from .schedule_dot import _subst_stmt
+
+
+def fuse_row_loops(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
+    """``func`` with consecutive top-level parallel loops of equal bounds fused (see above)."""
+    allocs: list[Buffer] = []
+    items: list[Stmt] = []
+    _flatten(func.body, allocs, items)
+    out: list[Stmt] = []
+    fused_any = False
+    for s in items:
+        prev = out[-1] if out else None
+        if isinstance(prev, For) and isinstance(s, For) and _candidate(prev, min_trips) \
+                and _candidate(s, min_trips) and prev.lo == s.lo and prev.hi == s.hi:
+            merged = _merge(prev, s)
+            if merged is not None:
+                out[-1] = merged
+                fused_any = True
+                continue
+        out.append(s)
+    if not fused_any:
+        return func
+    body: Stmt = out[0] if len(out) == 1 else Seq(tuple(out))
+    for b in reversed(allocs):
+        body = Allocate(b, body)
+    return replace(func, body=body)
+
+
+def _flatten(s: Stmt, allocs: list[Buffer], items: list[Stmt]) -> None:
+    """The top-level statements of ``s`` in order, and the allocations around them."""
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _flatten(x, allocs, items)
+    elif isinstance(s, Allocate):
+        allocs.append(s.buffer)
+        _flatten(s.body, allocs, items)
+    else:
+        items.append(s)
+
+
+def _candidate(s: For, min_trips: int) -> bool:
+    n = _trips(s)
+    return s.kind == "parallel" and s.step == 1 and n is not None and n >= min_trips
+
+
+def _merge(a: For, b: For) -> For | None:
+    """``a`` and ``b`` as one loop over ``a``'s variable, or None when not provably legal."""
+    body_b = b.body
+    if b.var != a.var:
+        if a.var.name in _names(b.body):
+            return None  # renaming would capture an inner loop of b
+        body_b = _subst_stmt(b.body, {b.var: a.var})
+    parts = [*(a.body.stmts if isinstance(a.body, Seq) else (a.body,)),
+             *(body_b.stmts if isinstance(body_b, Seq) else (body_b,))]
+    fused = For(a.var, a.lo, a.hi, Seq(tuple(parts)), kind="parallel")
+    return fused if _row_local(fused) else None
+
+
+def _row_local(loop: For) -> bool:
+    """Whether every buffer ``loop`` stores to (not allocated inside it) is indexed by the bare
+    loop variable at one position in all its stores and loads (see the module doc)."""
+    stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    loads: list[BufferLoad] = []
+    local: set[Buffer] = set()
+    _collect(loop.body, stores, loads, local)
+    for buf, idxs in stores.items():
+        if buf in local:
+            continue
+        reads = [ld.indices for ld in loads if ld.buffer == buf]
+        rank = len(idxs[0])
+        if not any(all(len(i) == rank and i[d] == loop.var for i in idxs + reads)
+                   for d in range(rank)):
+            return False
+    return True
+
