@@ -1,7 +1,8 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
 :func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
-(:mod:`.schedule_tile`), then :func:`fuse_parallel`, described here.
+(:mod:`.schedule_tile`, :mod:`.schedule_dot`), fusion of consecutive row loops
+(:mod:`.fuse_loops`), then :func:`fuse_parallel`, described here.
 
 Lowering marks the outermost data loop of each stage ``"parallel"``.  When that loop is short
 (a batch of 1 in a convolution, 3 output channels), only one or a few threads get work.
@@ -53,7 +54,8 @@ from tecomp.loopir import (
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
     (:func:`.schedule_tile.block_rows`) and of plain-order reductions
-    (:func:`.schedule_dot.block_dots`), then, with ``threads``, :func:`fuse_parallel`.
+    (:func:`.schedule_dot.block_dots`), fusion of consecutive parallel row loops
+    (:func:`.fuse_loops.fuse_row_loops`), then, with ``threads``, :func:`fuse_parallel`.
 
     Both keep the program's meaning (see their docstrings); the LLVM backend compiles the
     result.  The result relaxes one convention of :mod:`.lower`: a ``"parallel"`` loop may
