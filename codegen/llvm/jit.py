@@ -136,8 +136,9 @@ def code_version() -> str:
         from pathlib import Path
 
         here = Path(__file__).resolve().parent
-        files = sorted(here.glob("*.py")) + sorted((here.parent.parent / "passes").glob(
-            "schedule*.py")) + [here.parent.parent / "passes" / "loop_order.py"]
+        passes = here.parent.parent / "passes"
+        files = sorted(here.glob("*.py")) + sorted(passes.glob("schedule*.py")) + [
+            passes / "loop_order.py", passes / "fuse_loops.py"]
         h = hashlib.sha256()
         for f in files:
             try:
