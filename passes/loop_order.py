@@ -30,6 +30,12 @@ A strided window (``X[c, 2*y + ry, 2*x + rx]``, where ``k`` wins the score) also
 innermost when ``k`` has at most 4 iterations and ``j`` at least 16: strided loads along a
 row vectorise, a 3-iteration loop does not (stride-2 convolution, scheduled: 0.31 -> 0.11 ms).
 The store keeps unit stride in ``j`` in every case (it is the stage's own last axis).
+
+Max and min reductions (``max_pool2d``: ``max(X[c, 2*y + ry, 2*x + rx])``) take the "i, k, j"
+order by the two window rules only, not by the score: a row maximum's argmax, ``min_k
+select(A[i, k] == m[i], k, ..)``, scores ``i`` higher through the vector ``m[i]`` and would walk
+``A`` by columns.  Each element receives the same terms in the same order, so the result
+(NaN propagation included: the combine is the same) is identical to the plain order.
 """
 
 from __future__ import annotations
@@ -133,7 +139,7 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     ``conv`` converts reduction-free tensor-IR expressions to loop IR; ``taken`` holds the
     names reduction axes must not take (the size parameters).
     """
-    if not axes or not isinstance(body, E.Reduce) or body.combiner != "sum":
+    if not axes or not isinstance(body, E.Reduce) or body.combiner not in ("sum", "max", "min"):
         return None
     if body.dtype != buf.dtype:
         return None
@@ -152,11 +158,11 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     store_idx = tuple(ax.var for ax in axes)
     score_j = _unit_stride(store_idx, j) + sum(_unit_stride(r.indices, j) for r in reads)
     score_k = sum(_unit_stride(r.indices, k) for r in reads)
-    if not _j_inside(score_j, score_k, reads, axes, raxes):
+    if not _j_inside(score_j, score_k, reads, axes, raxes, body.combiner == "sum"):
         return None
     jlo, jhi = conv(jlo_t), conv(jhi_t)
-    init = For(j, jlo, jhi, Store(buf, store_idx, identity("sum", buf.dtype)))
-    acc: Stmt = Store(buf, store_idx, conv(rbody), "sum")
+    init = For(j, jlo, jhi, Store(buf, store_idx, identity(body.combiner, buf.dtype)))
+    acc: Stmt = Store(buf, store_idx, conv(rbody), body.combiner)
     if where is not None:
         acc = IfThenElse(conv(where), acc)
     ilo, ihi = jlo_t, jhi_t
@@ -181,10 +187,11 @@ def outer_loops(outer: tuple[E.IterVar, ...], stmt: Stmt, conv: Callable[[E.Expr
 
 
 def _j_inside(score_j: int, score_k: int, reads: list, axes: tuple[E.IterVar, ...],
-              raxes: tuple[E.IterVar, ...]) -> bool:
-    """Whether the data axis ``j`` should run inside the reduction axis ``k`` (module doc)."""
+              raxes: tuple[E.IterVar, ...], by_score: bool = True) -> bool:
+    """Whether the data axis ``j`` should run inside the reduction axis ``k`` (module doc);
+    ``by_score=False`` (max and min) keeps only the two window rules."""
     j, k = axes[-1].var, raxes[-1].var
-    if score_j > score_k:
+    if by_score and score_j > score_k:
         return True
     window = any(_unit_stride(r.indices, j) and _unit_stride(r.indices, k) for r in reads)
     if score_j == score_k and window and _short_inner(raxes[-1], axes[-1]):

@@ -156,3 +156,45 @@ def _exprs(e):
         for x in (v if isinstance(v, tuple) else (v,)):
             if isinstance(x, E.Expr) or isinstance(x, tc.loopir.BufferLoad):
                 yield from _exprs(x)
+
+
+def test_max_pool_window_runs_along_the_output_row():
+    """A strided max window takes the "i, k, j" order (x innermost, vectorisable); NaN and
+    infinities still propagate as in the evaluator."""
+    rng = np.random.default_rng(7)
+    X = tc.placeholder((1, 3, 32, 32), name="X")
+    Y = tc.ops.max_pool2d(X, 2, 2)
+    func, consts = lower_program([Y], [X])
+    acc = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
+           and x.body.reduce == "max"]
+    assert [x.var.name for x in acc] == ["x"]
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    x[0, 0, 0, 1] = np.nan
+    x[0, 1, 5, 5] = np.inf
+    x[0, 2, 7, 6] = -np.inf
+    x[0, 2, 9, 9] = np.nan
+    x[0, 2, 8, 8] = np.inf
+    (want,) = tc.evaluate([Y], {X: x})
+    (got,) = run(func, [x], constants=consts)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(tc.build(Y, [X])(x), want)
+    assert np.isnan(want[0, 0, 0, 0]) and np.isnan(want[0, 2, 4, 4])
+
+
+def test_row_argmax_keeps_rows_innermost():
+    """A row maximum's argmax (a min over k of a select reading m[i]) keeps k innermost: the
+    score rule alone would walk A by columns."""
+    A = tc.placeholder((64, 48), name="A")
+    k = tc.reduce_axis(48, name="k")
+    Y = tc.compute((64,), lambda i: tc.max(A[i, k], axis=k), name="m")
+    H = tc.placeholder((64,), name="H")
+    (g,) = tc.gradient(Y, [A], head=H)
+    func, consts = lower_program([g], [A, H])
+    assert not [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
+                and x.body.reduce in ("max", "min") and x.body.indices]
+    rng = np.random.default_rng(8)
+    a, h = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal(64).astype(
+        np.float32)
+    (got,) = run(func, [a, h], constants=consts)
+    (want,) = tc.evaluate([g], {A: a, H: h})
+    np.testing.assert_array_equal(got, want)
