@@ -1,8 +1,9 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
 :func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
-(:mod:`.schedule_tile`, :mod:`.schedule_dot`), fusion of consecutive row loops
-(:mod:`.fuse_loops`), then :func:`fuse_parallel`, described here.
+(:mod:`.schedule_tile`, :mod:`.schedule_dot`), strip-mining by index divisors
+(:mod:`.schedule_mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
+:func:`fuse_parallel`, described here.
 
 Lowering marks the outermost data loop of each stage ``"parallel"``.  When that loop is short
 (a batch of 1 in a convolution, 3 output channels), only one or a few threads get work.
@@ -54,10 +55,11 @@ from tecomp.loopir import (
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
     (:func:`.schedule_tile.block_rows`) and of plain-order reductions
-    (:func:`.schedule_dot.block_dots`), fusion of consecutive parallel row loops
+    (:func:`.schedule_dot.block_dots`), strip-mining of innermost loops by their index
+    divisor (:func:`.schedule_mod.split_mod_loops`), fusion of consecutive parallel row loops
     (:func:`.fuse_loops.fuse_row_loops`), then, with ``threads``, :func:`fuse_parallel`.
 
-    Both keep the program's meaning (see their docstrings); the LLVM backend compiles the
+    Each keeps the program's meaning (see their docstrings); the LLVM backend compiles the
     result.  The result relaxes one convention of :mod:`.lower`: a ``"parallel"`` loop may
     step by ``R > 1`` and its stores index their buffer with ``v + r`` (constant ``0 <= r <
     R``) where lowering put the bare ``v``; iterations still write disjoint elements.  It is
@@ -65,9 +67,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     """
     from .fuse_loops import fuse_row_loops
     from .schedule_dot import block_dots
+    from .schedule_mod import split_mod_loops
     from .schedule_tile import block_rows
 
-    func = fuse_row_loops(block_dots(block_rows(func)))
+    func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     return fuse_parallel(func) if threads else func
 
 
