@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,9 +33,38 @@ class Plan:
     params: list[int]  # the size parameters, in the kernel's order
     sizes: dict[E.Var, int]
     work: int  # bytes moved or 4 per innermost iteration, compared with PARALLEL_MIN_BYTES
+    trial: ThreadTrial = field(default_factory=lambda: ThreadTrial())
+
+
+class ThreadTrial:
+    """Serial or threaded, decided by timing: for work between ``ADAPT_MIN_BYTES`` and
+    ``PARALLEL_MIN_BYTES`` (where the static estimate cannot tell: on the benchmark machine a
+    4 MiB row maximum gained from threads and a 4.7 MiB stride-2 convolution lost), the
+    first :data:`TRIALS` pairs of calls alternate one thread and all threads and the faster
+    median wins for the plan's life.  Results do not depend on the choice: every element is
+    computed by the same code either way."""
+
+    __slots__ = ("times", "parallel")
+
+    def __init__(self) -> None:
+        self.times: tuple[list[float], list[float]] = ([], [])  # serial, threaded
+        self.parallel: bool | None = None
+
+    def next_parallel(self) -> bool:
+        """Whether the next trial call runs threaded (alternating, serial first)."""
+        serial, threaded = self.times
+        return len(threaded) < len(serial)
+
+    def record(self, parallel: bool, seconds: float) -> None:
+        self.times[parallel].append(seconds)
+        serial, threaded = self.times
+        if len(threaded) >= TRIALS:
+            self.parallel = sorted(threaded)[TRIALS // 2] < sorted(serial)[TRIALS // 2]
 
 
 MAX_PLANS = 32  # shapes remembered per kernel (all forgotten when full)
+ADAPT_MIN_BYTES = 1 << 20  # below: one thread, without trials
+TRIALS = 3  # timed calls each way before a plan settles on serial or threaded
 
 
 def _data_offset() -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -38,7 +39,7 @@ from ..cost import count_iterations
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..tensor import Tensor
-from .call_plan import MAX_PLANS, Plan, data_address
+from .call_plan import ADAPT_MIN_BYTES, MAX_PLANS, Plan, data_address
 
 
 class _BufArg:
@@ -227,9 +228,18 @@ class Kernel:
         if self._pooled:
             ptrs += self._temporaries(plan.sizes)
         params = plan.params
+        trial = None
         if self._threaded:
-            params = params + [self.threads if plan.work >= PARALLEL_MIN_BYTES else 1]
+            parallel = plan.work >= PARALLEL_MIN_BYTES
+            if not parallel and plan.work >= ADAPT_MIN_BYTES and self.threads > 1:
+                parallel = plan.trial.parallel
+                if parallel is None:  # still timing both ways
+                    trial = parallel = plan.trial.next_parallel()
+            params = params + [self.threads if parallel else 1]
+        t0 = time.perf_counter()
         rc = self._fn(*ptrs, *params)
+        if trial is not None:
+            plan.trial.record(trial, time.perf_counter() - t0)
         if rc != 0:
             raise ArgumentError(
                 f"kernel {self.name!r}: out of memory for a temporary buffer (code {rc})")
@@ -391,7 +401,9 @@ class Kernel:
 # worker threads costs microseconds a parallel loop (far more on a loaded machine), more than
 # such a kernel gains.  Measured on the CPU benchmark's cases (2 cores, workers spinning
 # between jobs, benchmarks/README.md): threads lost at 4.7 MiB (a stride-2 convolution,
-# 33 us serial) and below, and won from 6 MiB up.  0 threads every call.
+# 33 us serial) and below, and won from 6 MiB up.  0 threads every call.  Between
+# call_plan.ADAPT_MIN_BYTES and this, calls with remembered shapes time both ways and keep the
+# faster (call_plan.ThreadTrial).
 PARALLEL_MIN_BYTES = 6 << 20
 
 

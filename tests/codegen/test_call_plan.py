@@ -118,3 +118,42 @@ def test_threads_and_threshold_read_at_each_call():
     finally:
         K.PARALLEL_MIN_BYTES = old
     assert seen == [2, 2, 1, 1]
+
+
+@pytest.mark.parametrize("threaded_faster", [True, False])
+def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, monkeypatch):
+    import tecomp.codegen.kernel as K
+    from tecomp.codegen.call_plan import ADAPT_MIN_BYTES, TRIALS
+
+    A = tc.placeholder((512, 1024), name="A")  # 2 MiB in, 2 MiB out: between the thresholds
+    B = tc.compute((512, 1024), lambda i, j: tc.exp(A[i, j]) + 1.0, name="B")
+    k = tc.build(B, [A])
+    k.threads = 2
+    a = np.random.default_rng(5).standard_normal((512, 1024)).astype(np.float32)
+    seen, real = [], k._fn
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    clock = [0.0]
+
+    def fake_clock():  # each call takes 1 s serial, 0.5 s threaded (or the reverse)
+        return clock[0]
+
+    def timed(*args):
+        out = spy(*args)
+        fast = (args[-1] > 1) == threaded_faster
+        clock[0] += 0.5 if fast else 1.0
+        return out
+
+    k._fn = timed
+    monkeypatch.setattr(K.time, "perf_counter", fake_clock)
+    assert ADAPT_MIN_BYTES <= 4 << 20 < K.PARALLEL_MIN_BYTES
+    results = [k(a) for _ in range(2 * TRIALS + 4)]
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])  # the choice never changes results
+    want = 2 if threaded_faster else 1
+    assert seen[0] == 1  # the first call: the static rule
+    assert seen[1:1 + 2 * TRIALS] == [1, 2] * TRIALS
+    assert seen[1 + 2 * TRIALS:] == [want] * 3
