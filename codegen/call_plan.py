@@ -40,8 +40,10 @@ class ThreadTrial:
     """Serial or threaded, decided by timing: for work between ``ADAPT_MIN_BYTES`` and
     ``PARALLEL_MIN_BYTES`` (where the static estimate cannot tell: on the benchmark machine a
     4 MiB row maximum gained from threads and a 4.7 MiB stride-2 convolution lost), the
-    first :data:`TRIALS` pairs of calls alternate one thread and all threads and the faster
-    median wins for the plan's life.  Results do not depend on the choice: every element is
+    first calls alternate one thread and all threads: :data:`WARMUP_PAIRS` pairs untimed (caches
+    and the worker threads warm up: the first calls after a pause took 4-8x longer on the
+    benchmark machine), then :data:`TRIALS` timed pairs, and the faster median wins for the
+    plan's life.  Results do not depend on the choice: every element is
     computed by the same code either way."""
 
     __slots__ = ("times", "parallel")
@@ -58,13 +60,15 @@ class ThreadTrial:
     def record(self, parallel: bool, seconds: float) -> None:
         self.times[parallel].append(seconds)
         serial, threaded = self.times
-        if len(threaded) >= TRIALS:
-            self.parallel = sorted(threaded)[TRIALS // 2] < sorted(serial)[TRIALS // 2]
+        if len(threaded) >= WARMUP_PAIRS + TRIALS:
+            s, t = sorted(serial[WARMUP_PAIRS:]), sorted(threaded[WARMUP_PAIRS:])
+            self.parallel = t[TRIALS // 2] < s[TRIALS // 2]
 
 
 MAX_PLANS = 32  # shapes remembered per kernel (all forgotten when full)
 ADAPT_MIN_BYTES = 1 << 20  # below: one thread, without trials
-TRIALS = 3  # timed calls each way before a plan settles on serial or threaded
+WARMUP_PAIRS = 2  # untimed serial/threaded pairs of calls first
+TRIALS = 5  # then timed calls each way, before a plan settles on serial or threaded
 
 
 def _data_offset() -> int | None:

@@ -123,7 +123,7 @@ def test_threads_and_threshold_read_at_each_call():
 @pytest.mark.parametrize("threaded_faster", [True, False])
 def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, monkeypatch):
     import tecomp.codegen.kernel as K
-    from tecomp.codegen.call_plan import ADAPT_MIN_BYTES, TRIALS
+    from tecomp.codegen.call_plan import ADAPT_MIN_BYTES, TRIALS, WARMUP_PAIRS
 
     A = tc.placeholder((512, 1024), name="A")  # 2 MiB in, 2 MiB out: between the thresholds
     B = tc.compute((512, 1024), lambda i, j: tc.exp(A[i, j]) + 1.0, name="B")
@@ -150,10 +150,11 @@ def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, 
     k._fn = timed
     monkeypatch.setattr(K.time, "perf_counter", fake_clock)
     assert ADAPT_MIN_BYTES <= 4 << 20 < K.PARALLEL_MIN_BYTES
-    results = [k(a) for _ in range(2 * TRIALS + 4)]
+    pairs = WARMUP_PAIRS + TRIALS
+    results = [k(a) for _ in range(2 * pairs + 4)]
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])  # the choice never changes results
     want = 2 if threaded_faster else 1
     assert seen[0] == 1  # the first call: the static rule
-    assert seen[1:1 + 2 * TRIALS] == [1, 2] * TRIALS
-    assert seen[1 + 2 * TRIALS:] == [want] * 3
+    assert seen[1:1 + 2 * pairs] == [1, 2] * pairs
+    assert seen[1 + 2 * pairs:] == [want] * 3
