@@ -39,7 +39,7 @@ from ..cost import count_iterations
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..tensor import Tensor
-from .call_plan import ADAPT_MIN_BYTES, MAX_PLANS, Plan, data_address
+from .call_plan import ADAPT_MIN_BYTES, MAX_PLANS, Plan, data_address, empty_result
 
 
 class _BufArg:
@@ -209,7 +209,7 @@ class Kernel:
                 spans.append((p, p + a.nbytes))
         ptrs += plan.hidden
         if given is None:
-            outs = [np.empty(shape, dtype=dt) for shape, dt, _ in plan.outputs]
+            outs = [empty_result(shape, dt) for shape, dt, _ in plan.outputs]
             ptrs += [data_address(o) for o in outs]
         else:
             if len(given) != len(plan.outputs):
@@ -372,7 +372,7 @@ class Kernel:
                  ins: list[np.ndarray]) -> list[np.ndarray]:
         shapes = self._output_shapes(sizes)
         if out is None:
-            return [np.empty(s, dtype=o.np_dtype) for o, s in zip(self._outs, shapes)]
+            return [empty_result(s, o.np_dtype) for o, s in zip(self._outs, shapes)]
         given = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(given) != len(self._outs):
             raise ArgumentError(

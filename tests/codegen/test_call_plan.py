@@ -158,3 +158,20 @@ def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, 
     assert seen[0] == 1  # the first call: the static rule
     assert seen[1:1 + 2 * pairs] == [1, 2] * pairs
     assert seen[1 + 2 * pairs:] == [want] * 3
+
+
+def test_large_results_start_on_a_cache_line():
+    from tecomp.codegen.call_plan import ALIGN_MIN_BYTES
+
+    big = ALIGN_MIN_BYTES // 4 // 3 + 8
+    rng = np.random.default_rng(6)
+    y = rng.standard_normal(3).astype(np.float32)
+    for rows in (big, big, 4):  # the full path, then the remembered plan; then a small one
+        x = rng.standard_normal((rows, 3)).astype(np.float32)
+        z, s = KERNEL(x, y)
+        _check((z, s), x, y)
+        assert z.flags.c_contiguous and z.flags.writeable and z.shape == (rows, 3)
+        if z.nbytes >= ALIGN_MIN_BYTES:
+            assert z.ctypes.data % 64 == 0
+        else:
+            assert z.base is None  # a plain array
