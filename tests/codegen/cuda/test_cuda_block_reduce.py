@@ -10,7 +10,7 @@ import ctypes
 
 import numpy as np
 import pytest
-from block_harness import Prog, assert_matches, build, kinds
+from block_harness import Prog, assert_matches, build, emulated_fixture, f32, kinds
 from cuda_emulator import (
     _LIBS,
     EmulatedDevice,
@@ -23,10 +23,6 @@ from cuda_emulator import (
 import tecomp as tc
 from tecomp.codegen.cuda import blocks
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
-
-
-def _f32(r, *shape):
-    return r.standard_normal(shape).astype(np.float32)
 
 
 def _with_nans(a: np.ndarray) -> np.ndarray:
@@ -47,9 +43,9 @@ R, D = 6, 200
 X = tc.placeholder((R, D), name="X")
 k = tc.reduce_axis(D, name="k")
 prog(Prog("row_sum", [tc.compute((R,), lambda i: tc.sum(X[i, k] * 2.0, axis=k), name="rs")],
-          [X], lambda r: [_f32(r, R, D)], rtol=1e-5, atol=1e-4))
+          [X], lambda r: [f32(r, R, D)], rtol=1e-5, atol=1e-4))
 prog(Prog("row_max_nan", [tc.compute((R,), lambda i: tc.max(X[i, k], axis=k), name="rmax")],
-          [X], lambda r: [_with_nans(_f32(r, R, D))], rtol=0, atol=0))
+          [X], lambda r: [_with_nans(f32(r, R, D))], rtol=0, atol=0))
 X64 = tc.placeholder((R, D), name="X64", dtype="float64")
 prog(Prog("row_min_nan_f64",
           [tc.compute((R,), lambda i: tc.min(X64[i, k], axis=k), name="rmin")], [X64],
@@ -70,42 +66,42 @@ k2 = tc.reduce_axis(D // 2, name="k2")
 X3 = tc.placeholder((3, D // 2, 4), name="X3")
 kb = tc.reduce_axis(4, name="kb")
 prog(Prog("two_axes", [tc.compute((3,), lambda i: tc.sum(X3[i, k2, kb], axis=[k2, kb]),
-                                  name="s2")], [X3], lambda r: [_f32(r, 3, D // 2, 4)],
+                                  name="s2")], [X3], lambda r: [f32(r, 3, D // 2, 4)],
           atol=1e-4))
 m = tc.var("m")
 XM = tc.placeholder((4, m), name="XM")
 km = tc.reduce_axis(m, name="km")
 prog(Prog("symbolic_length", [tc.compute((4,), lambda i: tc.min(XM[i, km], axis=km),
-                                         name="smin")], [XM], lambda r: [_f32(r, 4, 77)],
+                                         name="smin")], [XM], lambda r: [f32(r, 4, 77)],
           rtol=0, atol=0))
 # a reduction whose length depends on the output (cumsum through where=)
 XT = tc.placeholder((200,), name="XT")
 kt = tc.reduce_axis(200, name="kt")
 prog(Prog("triangular", [tc.compute((200,), lambda i: tc.sum(XT[kt], axis=kt, where=kt <= i),
-                                    name="csum")], [XT], lambda r: [_f32(r, 200)], atol=1e-4))
+                                    name="csum")], [XT], lambda r: [f32(r, 200)], atol=1e-4))
 # full reductions into a scalar: private accumulators combined per block, one atomic a block
 XS = tc.placeholder((9, 70), name="XS")
 ra, rb = tc.reduce_axis(9, name="ra"), tc.reduce_axis(70, name="rb")
 prog(Prog("scalar_sum", [tc.compute((), lambda: tc.sum(XS[ra, rb] * XS[ra, rb],
                                                        axis=[ra, rb]), name="ss")],
-          [XS], lambda r: [_f32(r, 9, 70)], rtol=1e-5, atol=1e-4))
+          [XS], lambda r: [f32(r, 9, 70)], rtol=1e-5, atol=1e-4))
 prog(Prog("scalar_max_nan", [tc.compute((), lambda: tc.max(XS[ra, rb], axis=[ra, rb]),
                                         name="smax")],
-          [XS], lambda r: [_with_nans(_f32(r, 9, 70))], rtol=0, atol=0))
+          [XS], lambda r: [_with_nans(f32(r, 9, 70))], rtol=0, atol=0))
 prog(Prog("scalar_max", [tc.compute((), lambda: tc.max(XS[ra, rb], axis=[ra, rb]),
                                     name="smax2")],
-          [XS], lambda r: [_f32(r, 9, 70)], rtol=0, atol=0))
+          [XS], lambda r: [f32(r, 9, 70)], rtol=0, atol=0))
 XSI = tc.placeholder((9, 70), name="XSI", dtype="int32")
 prog(Prog("scalar_min_int32", [tc.compute((), lambda: tc.min(XSI[ra, rb], axis=[ra, rb]),
                                           name="smini")],
           [XSI], lambda r: [r.integers(-1000, 1000, (9, 70)).astype(np.int32)]))
 # softmax and layer norm with few long rows (the row reductions get a block each)
 XR = tc.placeholder((4, 150), name="XR")
-prog(Prog("softmax_rows", [tc.ops.softmax(XR)], [XR], lambda r: [_f32(r, 4, 150)],
+prog(Prog("softmax_rows", [tc.ops.softmax(XR)], [XR], lambda r: [f32(r, 4, 150)],
           rtol=1e-5, atol=1e-6))
 gam, bet = tc.placeholder((150,), name="gam"), tc.placeholder((150,), name="bet")
 prog(Prog("layer_norm_rows", [tc.ops.layer_norm(XR, gam, bet)], [XR, gam, bet],
-          lambda r: [_f32(r, 4, 150), _f32(r, 150), _f32(r, 150)], rtol=1e-4, atol=1e-4))
+          lambda r: [f32(r, 4, 150), f32(r, 150), f32(r, 150)], rtol=1e-4, atol=1e-4))
 
 KERNELS = {name: build(p) for name, p in PROGS.items()}
 
@@ -116,11 +112,7 @@ EXPECTED = {"row_sum": ["B"], "row_max_nan": ["B"], "row_min_nan_f64": ["B"], "r
             "scalar_min_int32": ["S", "P", "S"]}
 
 
-@pytest.fixture(scope="module")
-def emulated():
-    if not gxx_available():
-        pytest.skip("g++ is not available")
-    compile_emulated([kk.source for kk in KERNELS.values()])
+emulated = emulated_fixture(KERNELS)
 
 
 def test_schedules():

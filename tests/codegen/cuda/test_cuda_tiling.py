@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from block_harness import Prog, assert_matches, build, kinds
-from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+from block_harness import Prog, assert_matches, build, emulated_fixture, f32, kinds
+from cuda_emulator import EmulatedDevice
 
 import tecomp as tc
 from tecomp.codegen.cuda import blocks
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
-
-
-def _f32(r, *shape):
-    return r.standard_normal(shape).astype(np.float32)
-
 
 PROGS: dict[str, Prog] = {}
 
@@ -32,22 +27,22 @@ A = tc.placeholder((n, 40), name="A")
 B = tc.placeholder((40, 37), name="B")
 k = tc.reduce_axis(40, name="k")
 C = tc.compute((n, 37), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
-prog(Prog("matmul_ragged", [C], [A, B], lambda r: [_f32(r, 45, 40), _f32(r, 40, 37)],
+prog(Prog("matmul_ragged", [C], [A, B], lambda r: [f32(r, 45, 40), f32(r, 40, 37)],
           atol=1e-4))
 A2, B2 = tc.placeholder((64, 32), name="A2"), tc.placeholder((32, 64), name="B2")
 k2 = tc.reduce_axis(32, name="k2")
 prog(Prog("matmul_exact", [tc.compute((64, 64), lambda i, j: tc.sum(A2[i, k2] * B2[k2, j],
                                                                    axis=k2), name="C2")],
-          [A2, B2], lambda r: [_f32(r, 64, 32), _f32(r, 32, 64)], atol=1e-4))
+          [A2, B2], lambda r: [f32(r, 64, 32), f32(r, 32, 64)], atol=1e-4))
 BA, BB = tc.placeholder((3, 33, 20), name="BA"), tc.placeholder((3, 20, 18), name="BB")
 kb = tc.reduce_axis(20, name="kb")
 prog(Prog("batched", [tc.compute((3, 33, 18), lambda b, i, j: tc.sum(
     BA[b, i, kb] * BB[b, kb, j], axis=kb), name="BC")], [BA, BB],
-    lambda r: [_f32(r, 3, 33, 20), _f32(r, 3, 20, 18)], atol=1e-4))
+    lambda r: [f32(r, 3, 33, 20), f32(r, 3, 20, 18)], atol=1e-4))
 AT, BT = tc.placeholder((40, 35), name="AT"), tc.placeholder((33, 40), name="BT")
 prog(Prog("transposed", [tc.compute((35, 33), lambda i, j: tc.sum(BT[j, k] * AT[k, i], axis=k),
                                     name="CT")], [AT, BT],
-          lambda r: [_f32(r, 40, 35), _f32(r, 33, 40)], atol=1e-4))
+          lambda r: [f32(r, 40, 35), f32(r, 33, 40)], atol=1e-4))
 AD, BD = tc.placeholder((17, 18), name="AD", dtype="float64"), tc.placeholder(
     (18, 19), name="BD", dtype="float64")
 kd = tc.reduce_axis(18, name="kd")
@@ -59,42 +54,42 @@ A3, B3 = tc.placeholder((20, 5, 4), name="A3"), tc.placeholder((5, 4, 21), name=
 ka, kc = tc.reduce_axis(5, name="ka"), tc.reduce_axis(4, name="kc")
 prog(Prog("two_axes", [tc.compute((20, 21), lambda i, j: tc.sum(A3[i, ka, kc] * B3[ka, kc, j],
                                                                axis=[ka, kc]), name="C3")],
-          [A3, B3], lambda r: [_f32(r, 20, 5, 4), _f32(r, 5, 4, 21)], atol=1e-4))
+          [A3, B3], lambda r: [f32(r, 20, 5, 4), f32(r, 5, 4, 21)], atol=1e-4))
 # 1-D convolution: output (batch, channel, position); W does not use the position, X does not
 # use the output channel, so (channel, position) is tiled with the flattened (c, r) as k
 XC, WC = tc.placeholder((2, 4, 40), name="XC"), tc.placeholder((17, 4, 5), name="WC")
 rc, rr = tc.reduce_axis(4, name="rc"), tc.reduce_axis(5, name="rr")
 prog(Prog("conv1d", [tc.compute((2, 17, 36), lambda b, co, x: tc.sum(
     WC[co, rc, rr] * XC[b, rc, x + rr], axis=[rc, rr]), name="Y1")], [XC, WC],
-    lambda r: [_f32(r, 2, 4, 40), _f32(r, 17, 4, 5)], atol=1e-4))
+    lambda r: [f32(r, 2, 4, 40), f32(r, 17, 4, 5)], atol=1e-4))
 # 2-D convolution (after its padding stage): rows f, columns (b, y, x), k = (c, ry, rx); its
 # weight gradient has one tile of outputs and a long reduction: a block reduction instead
 X4, W4 = tc.placeholder((2, 3, 9, 8), name="X4"), tc.placeholder((16, 3, 3, 3), name="W4")
 Y4 = tc.ops.conv2d(X4, W4, padding=1)
 H4 = tc.placeholder((2, 16, 9, 8), name="H4")
-prog(Prog("conv2d", [Y4], [X4, W4], lambda r: [_f32(r, 2, 3, 9, 8), _f32(r, 16, 3, 3, 3)],
+prog(Prog("conv2d", [Y4], [X4, W4], lambda r: [f32(r, 2, 3, 9, 8), f32(r, 16, 3, 3, 3)],
           atol=1e-4))
 prog(Prog("conv2d_grad", tc.gradient(Y4, [X4, W4], head=H4), [X4, W4, H4],
-          lambda r: [_f32(r, 2, 3, 9, 8), _f32(r, 16, 3, 3, 3), _f32(r, 2, 16, 9, 8)],
+          lambda r: [f32(r, 2, 3, 9, 8), f32(r, 16, 3, 3, 3), f32(r, 2, 16, 9, 8)],
           atol=1e-4))
 G = tc.placeholder((n, 37), name="G")
 prog(Prog("matmul_grad", tc.gradient(C, [A, B], head=G), [A, B, G],
-          lambda r: [_f32(r, 45, 40), _f32(r, 40, 37), _f32(r, 45, 37)], atol=1e-4))
+          lambda r: [f32(r, 45, 40), f32(r, 40, 37), f32(r, 45, 37)], atol=1e-4))
 bias = tc.placeholder((37,), name="bias")
 prog(Prog("bias", [tc.compute((n, 37), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k) + bias[j],
                               name="CB")], [A, B, bias],
-          lambda r: [_f32(r, 45, 40), _f32(r, 40, 37), _f32(r, 37)], atol=1e-4))
+          lambda r: [f32(r, 45, 40), f32(r, 40, 37), f32(r, 37)], atol=1e-4))
 # not tiled: too narrow, not a product, a condition inside the reduction
 BN = tc.placeholder((40, 8), name="BN")
 prog(Prog("narrow", [tc.compute((n, 8), lambda i, j: tc.sum(A[i, k] * BN[k, j], axis=k),
-                                name="CN")], [A, BN], lambda r: [_f32(r, 45, 40), _f32(r, 40, 8)],
+                                name="CN")], [A, BN], lambda r: [f32(r, 45, 40), f32(r, 40, 8)],
           atol=1e-4))
 prog(Prog("not_a_product", [tc.compute((n, 37), lambda i, j: tc.sum(A[i, k] + B[k, j], axis=k),
                                        name="CS")], [A, B],
-          lambda r: [_f32(r, 45, 40), _f32(r, 40, 37)], atol=1e-4))
+          lambda r: [f32(r, 45, 40), f32(r, 40, 37)], atol=1e-4))
 prog(Prog("masked", [tc.compute((n, 37), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k,
                                                             where=k <= j), name="CM")],
-          [A, B], lambda r: [_f32(r, 45, 40), _f32(r, 40, 37)], atol=1e-4))
+          [A, B], lambda r: [f32(r, 45, 40), f32(r, 40, 37)], atol=1e-4))
 
 KERNELS = {name: build(p) for name, p in PROGS.items()}
 EXPECTED = {"matmul_ragged": ["T"], "matmul_exact": ["T"], "batched": ["T"],
@@ -104,11 +99,7 @@ EXPECTED = {"matmul_ragged": ["T"], "matmul_exact": ["T"], "batched": ["T"],
             "masked": ["g"]}
 
 
-@pytest.fixture(scope="module")
-def emulated():
-    if not gxx_available():
-        pytest.skip("g++ is not available")
-    compile_emulated([kk.source for kk in KERNELS.values()])
+emulated = emulated_fixture(KERNELS)
 
 
 def test_schedules():
@@ -163,7 +154,7 @@ def test_many_tiles_per_block(emulated):
     that leaves a partial last tile."""
     p, kernel = PROGS["matmul_ragged"], KERNELS["matmul_ragged"]
     r = np.random.default_rng(9)
-    args = [_f32(r, 71, 40), _f32(r, 40, 37)]
+    args = [f32(r, 71, 40), f32(r, 40, 37)]
     dev = EmulatedDevice(max_blocks=1)
     assert_matches(p, args, kernel.launch(args, device=dev))
     assert dev.launches[0][1:] == (1, blocks.TILE_THREADS)
