@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import pytest
-from cuda_emulator import compile_emulated, gxx_available
 
 import tecomp as tc
 from tecomp.codegen.cuda.kernel import CudaKernel
@@ -62,15 +60,3 @@ def assert_matches(p: Prog, args: list[np.ndarray], got: Any) -> None:
 def f32(r: np.random.Generator, *shape: int) -> np.ndarray:
     return r.standard_normal(shape).astype(np.float32)
 
-
-def emulated_fixture(kernels: dict[str, CudaKernel]) -> Any:
-    """A module fixture that compiles ``kernels`` against the CPU emulation once (skipped
-    without g++); a test module binds it as ``emulated = emulated_fixture(KERNELS)``."""
-
-    @pytest.fixture(scope="module")
-    def emulated() -> None:
-        if not gxx_available():
-            pytest.skip("g++ is not available")
-        compile_emulated([kk.source for kk in kernels.values()])
-
-    return emulated

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tecomp.codegen.cuda.runtime import Device
 
@@ -180,3 +181,17 @@ class FakeDeviceArray:
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.a.shape, "typestr": self.a.dtype.str,
                 "data": (self.a.ctypes.data, False), "strides": None, "version": 3}
+
+
+def emulated_fixture(kernels: dict[str, Any], *, one_unit: bool = False) -> Any:
+    """A module fixture that compiles ``kernels`` (name -> CudaKernel) against the emulation
+    once, skipped without g++; a test module binds it as ``emulated =
+    emulated_fixture(KERNELS)``."""
+
+    @pytest.fixture(scope="module")
+    def emulated() -> None:
+        if not gxx_available():
+            pytest.skip("g++ is not available")
+        compile_emulated([k.source for k in kernels.values()], one_unit=one_unit)
+
+    return emulated

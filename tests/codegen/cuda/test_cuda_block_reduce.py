@@ -10,12 +10,13 @@ import ctypes
 
 import numpy as np
 import pytest
-from block_harness import Prog, assert_matches, build, emulated_fixture, f32, kinds
+from block_harness import Prog, assert_matches, build, f32, kinds
 from cuda_emulator import (
     _LIBS,
     EmulatedDevice,
     _digest,
     compile_emulated,
+    emulated_fixture,
     gxx_available,
     threaded_kernels,
 )

@@ -29,7 +29,7 @@ import math
 import numpy as np
 import pytest
 import scipy.fft as sfft
-from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+from cuda_emulator import EmulatedDevice, emulated_fixture
 
 import tecomp as tc
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
@@ -87,11 +87,7 @@ def check_dct(x: np.ndarray, y: np.ndarray) -> float:
     return err
 
 
-@pytest.fixture(scope="module")
-def emulated():
-    if not gxx_available():
-        pytest.skip("g++ is not available")
-    compile_emulated([k.source for k in KERNELS.values()])
+emulated = emulated_fixture(KERNELS)
 
 
 @pytest.mark.parametrize("n", list(SIZES))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+from cuda_emulator import EmulatedDevice, compile_emulated, emulated_fixture
 
 import tecomp as tc
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
@@ -42,11 +42,7 @@ def _kernel(case):
 KERNELS = {name: _kernel(c) for name, c in CASES.items()}
 
 
-@pytest.fixture(scope="module")
-def emulated():
-    if not gxx_available():
-        pytest.skip("g++ is not available")
-    compile_emulated([k.source for k in KERNELS.values()])
+emulated = emulated_fixture(KERNELS)
 
 
 @pytest.mark.parametrize("name", list(CASES))

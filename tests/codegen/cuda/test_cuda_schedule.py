@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+from cuda_emulator import EmulatedDevice, emulated_fixture
 
 from tecomp import expr as E
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
@@ -221,11 +221,7 @@ KERNELS = {name: CudaKernel(f, check=False) for name, (f, _, _) in PROGRAMS.item
 SEED = 2024
 
 
-@pytest.fixture(scope="module")
-def emulated():
-    if not gxx_available():
-        pytest.skip("g++ is not available")
-    compile_emulated([kern.source for kern in KERNELS.values()])
+emulated = emulated_fixture(KERNELS)
 
 
 def _run(name, size_args=None):

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+from cuda_emulator import EmulatedDevice, emulated_fixture
 
 import tecomp as tc
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
@@ -206,11 +206,7 @@ PROGRAMS = {p.name: p for p in (autodiff_programs() + forward_programs() + dof_p
 KERNELS = {name: _kernel(p) for name, p in PROGRAMS.items()}
 
 
-@pytest.fixture(scope="module")
-def emulated():
-    if not gxx_available():
-        pytest.skip("g++ is not available")
-    compile_emulated([k.source for k in KERNELS.values()], one_unit=True)
+emulated = emulated_fixture(KERNELS, one_unit=True)
 
 
 def _compare(p: Program, got) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from block_harness import Prog, assert_matches, build, emulated_fixture, f32, kinds
-from cuda_emulator import EmulatedDevice
+from block_harness import Prog, assert_matches, build, f32, kinds
+from cuda_emulator import EmulatedDevice, emulated_fixture
 
 import tecomp as tc
 from tecomp.codegen.cuda import blocks
