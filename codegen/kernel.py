@@ -236,9 +236,11 @@ class Kernel:
                 if parallel is None:  # still timing both ways
                     trial = parallel = plan.trial.next_parallel()
             params = params + [self.threads if parallel else 1]
-        t0 = time.perf_counter()
-        rc = self._fn(*ptrs, *params)
-        if trial is not None:
+        if trial is None:
+            rc = self._fn(*ptrs, *params)
+        else:  # a timed call of the serial/threaded trial
+            t0 = time.perf_counter()
+            rc = self._fn(*ptrs, *params)
             plan.trial.record(trial, time.perf_counter() - t0)
         if rc != 0:
             raise ArgumentError(
@@ -309,7 +311,8 @@ class Kernel:
             self._plans.clear()
         self._plans[tuple(a.shape for a in arrays)] = Plan(
             layout=tuple((a.dtype, a.strides) for a in arrays),
-            outputs=tuple((o.shape, o.dtype, np.empty(o.shape, o.dtype).strides) for o in outs),
+            outputs=tuple((o.shape, o.dtype, _c_strides(o.shape, o.dtype))
+                          for o in outs),
             hidden=[a.ctypes.data for a in self._hidden],
             params=params, sizes=dict(sizes), work=work)
 
@@ -405,6 +408,18 @@ class Kernel:
 # call_plan.ADAPT_MIN_BYTES and this, calls with remembered shapes time both ways and keep the
 # faster (call_plan.ThreadTrial).
 PARALLEL_MIN_BYTES = 6 << 20
+
+
+def _c_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
+    """The strides NumPy gives a new C-contiguous array of ``shape`` (without allocating
+    one, except an empty one, whose strides follow NumPy's own rule)."""
+    if 0 in shape:
+        return np.empty(shape, dtype).strides
+    out, step = [], dtype.itemsize
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
 
 
 def _itemsize(dtype: str) -> int:
