@@ -8,7 +8,7 @@ JAX's) time beside them:
   unit-stride data axis and innermost reduction axis score equally keeps the plain order);
 * ``order``: today's lowering, compiled as the LLVM backend compiles it by default
   (``fuse_parallel`` only);
-* ``sched``: today's lowering through :func:`tecomp.passes.schedule.schedule_cpu` (row and
+* ``sched``: today's lowering through :func:`tecomp.passes.schedule.cpu.schedule_cpu` (row and
   reduction blocking of "i, k, j" sums, then ``fuse_parallel``).
 
 Medians in milliseconds on ``--threads`` threads (default 1, so that the figures compare with
@@ -31,7 +31,7 @@ from tecomp.codegen.kernel import Kernel
 from tecomp.codegen.llvm import compile_function
 from tecomp.loopir import LoweredFunc
 from tecomp.passes import loop_order
-from tecomp.passes.schedule import schedule_cpu
+from tecomp.passes.schedule.cpu import schedule_cpu
 
 from . import bench_cpu_cases as cases_mod
 

@@ -38,6 +38,7 @@ from .. import expr as E
 from ..cost import count_iterations
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
+from ..stmt_functor import eval_int
 from ..tensor import Tensor
 from .call_plan import ADAPT_MIN_BYTES, MAX_PLANS, Plan, data_address, empty_result
 
@@ -537,32 +538,6 @@ def _resolve(pending: list[tuple[_BufArg, int, int]], sizes: dict[E.Var, int],
 
 
 # ---------------------------------------------------------------------------- size arithmetic
-_INT_OPS = {
-    E.Add: lambda a, b: a + b, E.Sub: lambda a, b: a - b, E.Mul: lambda a, b: a * b,
-    E.FloorDiv: lambda a, b: a // (b or 1), E.Mod: lambda a, b: a % (b or 1),
-    E.Min: min, E.Max: max,
-}
-
-
-def eval_int(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
-    """The value of the integer size expression ``e`` given ``sizes``."""
-    if isinstance(e, E.Const):
-        return int(e.value)
-    if isinstance(e, E.Var):
-        try:
-            return sizes[e]
-        except KeyError:
-            raise ArgumentError(f"the size {e.name!r} is not bound") from None
-    if isinstance(e, E.Cast):
-        return eval_int(e.value, sizes)
-    if isinstance(e, E.Neg):
-        return -eval_int(e.a, sizes)
-    op = _INT_OPS.get(type(e))
-    if op is None:
-        raise ArgumentError(f"cannot evaluate the extent {e} from the arguments' shapes")
-    return int(op(eval_int(e.a, sizes), eval_int(e.b, sizes)))
-
-
 def solve_affine(e: E.Expr, v: E.Var, target: int, sizes: Mapping[E.Var, int]) -> int | None:
     """The integer ``x`` with ``e[v := x] == target`` when ``e`` is affine in ``v``, else None.
 

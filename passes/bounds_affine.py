@@ -91,7 +91,7 @@ class SizeCheck:
 
 def eval_cond(e: E.Expr, sizes: Mapping[E.Var, int]) -> bool:
     """The value of a size condition built by :class:`AffineProver` (compares, and, or)."""
-    from tecomp.codegen.kernel import eval_int
+    from tecomp.stmt_functor import eval_int
 
     if isinstance(e, E.Const):
         return bool(e.value)

@@ -127,7 +127,7 @@ class BoundsInfo:
 
 
 def _extent(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
-    from tecomp.codegen.kernel import eval_int
+    from tecomp.stmt_functor import eval_int
 
     return eval_int(e, sizes)
 

@@ -33,7 +33,7 @@ from tecomp import expr as E
 from tecomp.errors import ArgumentError, CompileError
 from tecomp.loopir import Buffer
 
-from ..kernel import eval_int
+from tecomp.stmt_functor import eval_int
 from .blocks import TILE_M, TILE_N, TILE_THREADS
 from .render import BLOCK
 from .runtime import Device, DeviceArray

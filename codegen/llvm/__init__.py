@@ -47,7 +47,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
     takes the thread count as its last argument (``JitFunction.threads``).  The loop nest
-    is first scheduled for the CPU (:func:`~tecomp.passes.schedule.schedule_cpu`: register
+    is first scheduled for the CPU (:func:`~tecomp.passes.schedule.cpu.schedule_cpu`: register
     blocking of contractions, then short parallel loops collapsed with their nested loops so
     that every core gets work).  Failures raise
     :class:`~tecomp.errors.CompileError` naming the stage.  Compiled code is looked up in the

@@ -137,8 +137,8 @@ def code_version() -> str:
 
         here = Path(__file__).resolve().parent
         passes = here.parent.parent / "passes"
-        files = sorted(here.glob("*.py")) + sorted(passes.glob("schedule*.py")) + [
-            passes / "loop_order.py", passes / "fuse_loops.py"]
+        files = sorted(here.glob("*.py")) + sorted((passes / "schedule" / "cpu").glob("*.py")) + [
+            passes / "loop_order.py"]
         h = hashlib.sha256()
         for f in files:
             try:

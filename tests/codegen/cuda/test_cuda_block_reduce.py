@@ -22,7 +22,7 @@ from cuda_emulator import (
 )
 
 import tecomp as tc
-from tecomp.codegen.cuda import blocks
+from tecomp.passes.schedule.gpu import blocks
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 
 

@@ -11,7 +11,7 @@ from cuda_emulator import EmulatedDevice, emulated_fixture
 from tecomp import expr as E
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
-from tecomp.codegen.cuda.schedule import schedule
+from tecomp.passes.schedule.gpu.schedule import schedule
 from tecomp.errors import CompileError
 from tecomp.loopir import (
     Allocate,

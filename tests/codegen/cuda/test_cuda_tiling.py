@@ -12,7 +12,7 @@ from block_harness import Prog, assert_matches, build, f32, kinds
 from cuda_emulator import EmulatedDevice, emulated_fixture
 
 import tecomp as tc
-from tecomp.codegen.cuda import blocks
+from tecomp.passes.schedule.gpu import blocks
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 
 PROGS: dict[str, Prog] = {}

@@ -62,7 +62,7 @@ from tecomp.loopir import (
     Store,
 )
 
-from ..cstyle import stmt_exprs, walk_expr, walk_stmt
+from tecomp.stmt_functor import stmt_exprs, walk_expr, walk_stmt
 from .blocks import BlockReduce, Tiling, choose, match_block_reduce, match_tiling
 from .reorder import restore_sum_order
 

@@ -63,7 +63,7 @@ from tecomp.loopir import (
     Store,
 )
 
-from .schedule_tile import (
+from .tile import (
     _extent,
     _map_loops,
     _nodes,

@@ -57,8 +57,8 @@ from tecomp import expr as E
 from tecomp.errors import ArgumentError
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
 
-from ..cstyle import stmt_exprs, walk_expr, walk_stmt
-from ..kernel import eval_int
+from tecomp.stmt_functor import stmt_exprs, walk_expr, walk_stmt
+from tecomp.stmt_functor import eval_int
 
 BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_LENGTH = 64

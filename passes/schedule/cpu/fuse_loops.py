@@ -35,7 +35,7 @@ from tecomp import expr as E
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt
 
 from .schedule import _collect, _names, _trips
-from .schedule_dot import _subst_stmt
+from .dot import _subst_stmt
 
 
 def fuse_row_loops(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:

@@ -66,9 +66,9 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
     from .fuse_loops import fuse_row_loops
-    from .schedule_dot import block_dots
-    from .schedule_mod import split_mod_loops
-    from .schedule_tile import block_rows
+    from .dot import block_dots
+    from .mod import split_mod_loops
+    from .tile import block_rows
 
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     return fuse_parallel(func) if threads else func

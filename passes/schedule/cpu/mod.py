@@ -26,7 +26,7 @@ from tecomp.functor import fresh_name
 from tecomp.loopir import For, LetStmt, LoweredFunc, Seq, Stmt
 
 from .schedule import _names, _trips
-from .schedule_tile import _map_loops, _nodes
+from .tile import _map_loops, _nodes
 
 MAX_DIVISOR = 4
 
