@@ -48,14 +48,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import CompileError
-from tecomp.functor import children, fresh_name
+from tecomp.functor import fresh_name
 from tecomp.loopir import (
     Allocate,
     Buffer,

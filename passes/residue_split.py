@@ -68,7 +68,6 @@ from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, St
 
 from .loop_order import _floor_form, _lower_terms, _upper_terms, coefficient, outer_loops
 from .lower_stage import identity, rename_axes, upper
-from .schedule_tile import window_overlap
 from .zero_elimination.bridge import AffineBridge
 
 
@@ -102,6 +101,17 @@ class Window:
         for t in self.hi[1:]:
             hi = E.minimum(hi, self.offset(t, r))
         return lo, hi
+
+
+def window_overlap(los: list[E.Expr], his: list[E.Expr]) -> tuple[E.Expr, E.Expr]:
+    """``(P, M)`` for ranges ``[los[n], his[n])``: ``P = max(los)``, ``M = max(P, min(his))``,
+    so ``[P, M)`` is where every range holds (empty when they do not overlap)."""
+    p, h = los[0], his[0]
+    for x in los[1:]:
+        p = E.maximum(p, x)
+    for x in his[1:]:
+        h = E.minimum(h, x)
+    return p, E.maximum(p, h)
 
 
 def _term(t: E.Expr, j: E.Var) -> tuple[E.Expr, int, E.Expr] | None:
@@ -304,7 +314,7 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
 def _folded(q: E.Var, u: E.Var, a: int, b: int, q_range, update, dst: Buffer,
             at: tuple[E.Expr, ...], term) -> Stmt:
     """The window ``u in [a, b)`` folded into one update per ``q`` where every ``u`` is valid
-    (index-set splitting, as :func:`.schedule_tile._split_fold`)::
+    (index-set splitting, as :func:`.schedule.cpu.tile.split_fold`)::
 
         for (u, a, b) { for (q, lo(u), min(hi(u), P)) { D[q] += v(u, q) } }    # q < P
         for (q, P, M) { D[q] = ((D[q] + v(a, q)) + v(a + 1, q)) + .. }           # all u valid

@@ -9,8 +9,8 @@ import pytest
 
 import tecomp as tc
 from tecomp.loopir import Allocate, For, Seq
-from tecomp.passes.schedule.cpu.fuse_loops import fuse_row_loops
 from tecomp.passes.lower import lower
+from tecomp.passes.schedule.cpu.fuse_loops import fuse_row_loops
 
 
 def _top_loops(func):

@@ -34,8 +34,8 @@ from dataclasses import replace
 from tecomp import expr as E
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt
 
-from .schedule import _collect, _names, _trips
 from .dot import _subst_stmt
+from .schedule import _collect, _names, _trips
 
 
 def fuse_row_loops(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:

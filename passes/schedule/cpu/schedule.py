@@ -1,8 +1,8 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
 :func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
-(:mod:`.schedule_tile`, :mod:`.schedule_dot`), strip-mining by index divisors
-(:mod:`.schedule_mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
+(:mod:`.tile`, :mod:`.dot`), strip-mining by index divisors
+(:mod:`.mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
 :func:`fuse_parallel`, described here.
 
 Lowering marks the outermost data loop of each stage ``"parallel"``.  When that loop is short
@@ -24,7 +24,7 @@ variable at a position where every store to that buffer has it too (it reads the
 the buffer that only its own iteration writes: a row of phases read back by
 :mod:`.residue_split`).  Then distinct ``(outer, inner)`` pairs write distinct elements and
 read only what they write themselves, so the fused iterations are independent.  A nested
-loop with a step ``R > 1`` (rows blocked by :mod:`.schedule_tile`) joins under the same
+loop with a step ``R > 1`` (rows blocked by :mod:`.tile`) joins under the same
 condition with ``v + c`` (``0 <= c < R``) in place of the bare variable: its iterations own
 disjoint blocks of ``R`` slices.  Scatter loops are never parallel and are left alone.
 
@@ -54,9 +54,9 @@ from tecomp.loopir import (
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
-    (:func:`.schedule_tile.block_rows`) and of plain-order reductions
-    (:func:`.schedule_dot.block_dots`), strip-mining of innermost loops by their index
-    divisor (:func:`.schedule_mod.split_mod_loops`), fusion of consecutive parallel row loops
+    (:func:`.tile.block_rows`) and of plain-order reductions
+    (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
+    divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
     (:func:`.fuse_loops.fuse_row_loops`), then, with ``threads``, :func:`fuse_parallel`.
 
     Each keeps the program's meaning (see their docstrings); the LLVM backend compiles the
@@ -65,8 +65,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     R``) where lowering put the bare ``v``; iterations still write disjoint elements.  It is
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
-    from .fuse_loops import fuse_row_loops
     from .dot import block_dots
+    from .fuse_loops import fuse_row_loops
     from .mod import split_mod_loops
     from .tile import block_rows
 

@@ -84,6 +84,8 @@ from tecomp.loopir import (
     Store,
 )
 
+from ...residue_split import window_overlap
+
 
 def block_rows(func: LoweredFunc, *, rows: int = 4, factor: int = 4,
                max_full: int = 8) -> LoweredFunc:
@@ -325,17 +327,6 @@ def _split_fold(loop: For, m: tuple, max_full: int) -> Stmt | None:
     for x in reversed(ks[:-1]):
         nest = replace(x, body=nest)
     return replace(loop, body=Seq((init, nest)))
-
-
-def window_overlap(los: list[E.Expr], his: list[E.Expr]) -> tuple[E.Expr, E.Expr]:
-    """``(P, M)`` for ranges ``[los[n], his[n])``: ``P = max(los)``, ``M = max(P, min(his))``,
-    so ``[P, M)`` is where every range holds (empty when they do not overlap)."""
-    p, h = los[0], his[0]
-    for x in los[1:]:
-        p = E.maximum(p, x)
-    for x in his[1:]:
-        h = E.minimum(h, x)
-    return p, E.maximum(p, h)
 
 
 def _plus_const(e: E.Expr, n: int) -> E.Expr:

@@ -55,7 +55,6 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
-
 from tecomp.stmt_functor import walk_expr, walk_stmt
 
 
