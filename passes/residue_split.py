@@ -66,7 +66,7 @@ from tecomp import expr as E
 from tecomp.functor import ExprMutator, children, free_vars, fresh_name, substitute, walk
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
 
-from .loop_order import _floor_form, _lower_terms, _upper_terms, coefficient, outer_loops
+from .loop_order import coefficient, floor_form, lower_terms, outer_loops, upper_terms
 from .lower_stage import identity, rename_axes, upper
 from .zero_elimination.bridge import AffineBridge
 
@@ -118,7 +118,7 @@ def _term(t: E.Expr, j: E.Var) -> tuple[E.Expr, int, E.Expr] | None:
     """``(c, s, d)`` with ``t == (j + c) // s + d`` (``s = 1``: ``j + c``), else None."""
     if coefficient(t, j) == 1:
         return substitute(t, {j: E.Const(0, j.dtype)}), 1, E.Const(0, j.dtype)
-    form = _floor_form(t, j)
+    form = floor_form(t, j)
     if form is None or form[0] != 1:
         return None
     _, c, s, d = form
@@ -157,8 +157,8 @@ def find_window(raxes: tuple[E.IterVar, ...], j: E.Var, *,
     wlo: list = []
     whi: list = []
     strides: set[int] = set()
-    if not (_split_terms(_lower_terms(lo), j, flo, wlo, strides)
-            and _split_terms(_upper_terms(hi), j, fhi, whi, strides)):
+    if not (_split_terms(lower_terms(lo), j, flo, wlo, strides)
+            and _split_terms(upper_terms(hi), j, fhi, whi, strides)):
         return None
     if len(strides) != 1 or not wlo or not whi:
         return None

@@ -43,7 +43,7 @@ from tecomp.gpuir import GpuProgram
 from tecomp.loopir import Buffer
 from tecomp.tensor import Tensor
 
-from ..kernel import Kernel, _array, _bind, _resolve, _scalar
+from ..kernel import Kernel, bind_extents, check_array, check_scalar, resolve_extents
 from .compile import DEFAULT_ARCH, CudaBinary, available_compilers, compile_cuda
 from .launch_plan import MAX_PLANS, LaunchPlan
 from .render import CudaRenderer
@@ -130,7 +130,7 @@ class CudaKernel(Kernel):
         scalars: list[tuple[E.Var, int, str]] = []
         for spec, x in zip(self._args, arrays):
             if not hasattr(spec, "buffer"):
-                scalars.append((spec.var, _scalar(spec, x), spec.label))
+                scalars.append((spec.var, check_scalar(spec, x), spec.label))
         ins: list[Any] = []
         views: list[tuple[int, tuple[int, ...], np.dtype] | None] = []
         shapes = []
@@ -144,7 +144,7 @@ class CudaKernel(Kernel):
                 protos.append(x)
                 shape = view[1]
             else:
-                x = _array(spec, x, pos)
+                x = check_array(spec, x, pos)
                 view = None
                 shape = x.shape
             ins.append(x)
@@ -173,10 +173,10 @@ class CudaKernel(Kernel):
             source[var] = label
         pending: list = []
         for (spec, _), shape in zip(self._bufs, shapes):
-            _bind(spec, shape, sizes, source, pending)
+            bind_extents(spec, shape, sizes, source, pending)
         for spec, a in zip(self._hidden_specs, self._hidden):
-            _bind(spec, a.shape, sizes, source, pending)
-        _resolve(pending, sizes, source)
+            bind_extents(spec, a.shape, sizes, source, pending)
+        resolve_extents(pending, sizes, source)
         for p in self.ir.params:
             if p not in sizes:
                 raise ArgumentError(
