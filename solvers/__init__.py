@@ -10,9 +10,10 @@ Everything here works on plain integer matrices (lists of lists of Python ints) 
 * :class:`Affine`, :class:`Congruence` — :mod:`.affine`
 * Fourier–Motzkin elimination with integer tightening on ``aff >= 0`` constraints —
   :mod:`.inequalities`
+* isl sets over named dimensions, the one place that talks to islpy — :mod:`.isl_bridge`
+  (imported on demand: the static bounds proofs use it)
 
-Zero elimination uses all of them.  Exact set questions (bounds proofs) go to isl in
-:mod:`tecomp.passes.bounds_affine`.
+Zero elimination uses the first four.
 """
 
 from __future__ import annotations
