@@ -40,7 +40,7 @@ import numpy as np
 from tecomp import expr as E
 from tecomp.errors import ArgumentError, TecompError
 from tecomp.gpuir import GpuProgram
-from tecomp.loopir import Buffer
+from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.tensor import Tensor
 
 from ..kernel import Kernel, bind_extents, check_array, check_scalar, resolve_extents
@@ -58,16 +58,18 @@ from .runtime import (
 
 class CudaKernel(Kernel):
     """A program compiled for CUDA.  Attributes: ``source`` (CUDA C), ``ir`` (the lowered
-    function), ``program`` (its kernels and temporaries), ``compile_check`` (what compiling
-    at build time gave), ``binary`` (the cubin of that check, if any), ``target`` ("cuda").
+    function: ``ir`` if given, else the scheduled program's), ``program`` (its kernels and
+    temporaries), ``compile_check`` (what compiling at build time gave), ``binary`` (the
+    cubin of that check, if any), ``target`` ("cuda").
     """
 
     def __init__(self, program: GpuProgram, *, inputs: Sequence[Tensor | E.Var] | None = None,
                  outputs: Sequence[Tensor] | None = None,
                  hidden: Mapping[Buffer, np.ndarray] | None = None,
-                 single: bool | None = None, check: bool = True, bounds: Any = None) -> None:
+                 single: bool | None = None, check: bool = True, bounds: Any = None,
+                 ir: LoweredFunc | None = None) -> None:
         # Kernel.__init__ wraps a CPU entry point; only its argument mapping is shared.
-        func = program.func
+        func = program.func if ir is None else ir
         self.ir = func
         self.name = func.name
         self.target = "cuda"

@@ -48,4 +48,4 @@ class CudaTarget(Target):
         program = PROGRAMS.get_or_compile(
             key, lambda: self.schedule.run(func, records=records))
         return CudaKernel(program, inputs=inputs, outputs=outputs, hidden=hidden,
-                          single=single, check=self.check, bounds=bounds)
+                          single=single, check=self.check, bounds=bounds, ir=func)
