@@ -32,6 +32,7 @@ from tecomp.codegen.llvm import compile_function
 from tecomp.loopir import LoweredFunc
 from tecomp.passes import loop_order
 from tecomp.passes.schedule.cpu import schedule_cpu
+from tecomp.pipeline import schedule_of
 
 from . import bench_cpu_cases as cases_mod
 
@@ -68,7 +69,8 @@ def _kernel(outs, ins, how: str, threads: int) -> Kernel:
     func: LoweredFunc = low.func
     if how == "sched":
         func = schedule_cpu(func)
-    entry = compile_function(func, cache=None, disk=None)
+    # compiled as tc.build compiles: the CPU schedule (again, for "sched") before LLVM
+    entry = compile_function(func, cache=None, disk=None, schedule=schedule_of("llvm"))
     k = Kernel(func, entry, inputs=ins, outputs=outs, hidden=low.constants,
                single=len(outs) == 1, target="llvm")
     k.threads = threads
