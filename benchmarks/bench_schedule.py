@@ -8,7 +8,7 @@ JAX's) time beside them:
   unit-stride data axis and innermost reduction axis score equally keeps the plain order);
 * ``order``: today's lowering, compiled as the LLVM backend compiles it by default
   (``fuse_parallel`` only);
-* ``sched``: today's lowering through :func:`tecomp.passes.schedule.schedule_cpu` (row and
+* ``sched``: today's lowering through :func:`tecomp.passes.schedule.cpu.schedule_cpu` (row and
   reduction blocking of "i, k, j" sums, then ``fuse_parallel``).
 
 Medians in milliseconds on ``--threads`` threads (default 1, so that the figures compare with
@@ -31,7 +31,8 @@ from tecomp.codegen.kernel import Kernel
 from tecomp.codegen.llvm import compile_function
 from tecomp.loopir import LoweredFunc
 from tecomp.passes import loop_order
-from tecomp.passes.schedule import schedule_cpu
+from tecomp.passes.schedule.cpu import schedule_cpu
+from tecomp.pipeline import schedule_of
 
 from . import bench_cpu_cases as cases_mod
 
@@ -68,7 +69,8 @@ def _kernel(outs, ins, how: str, threads: int) -> Kernel:
     func: LoweredFunc = low.func
     if how == "sched":
         func = schedule_cpu(func)
-    entry = compile_function(func, cache=None, disk=None)
+    # compiled as tc.build compiles: the CPU schedule (again, for "sched") before LLVM
+    entry = compile_function(func, cache=None, disk=None, schedule=schedule_of("llvm"))
     k = Kernel(func, entry, inputs=ins, outputs=outs, hidden=low.constants,
                single=len(outs) == 1, target="llvm")
     k.threads = threads

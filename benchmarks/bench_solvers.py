@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tecomp.solvers import Affine, System, solve_integer_system, solve_parametric
+from tecomp.solvers import Affine, solve_integer_system, solve_parametric
 
 UNKNOWNS = ["n", "o", "oh", "ow", "c", "rh", "rw"]
 # rows: nx = n, cx = c, h = 2*oh + 2*rh - 1, w = 2*ow + 2*rw - 1
@@ -38,26 +38,6 @@ A_WEIGHT = [
     [0, 0, 0, 0, 0, 1, 0],
     [0, 0, 0, 0, 0, 0, 1],
 ]
-
-SIZES = ["N", "C", "O", "H", "W", "OH", "OW"]
-DOMAIN = ["0 <= n < N", "0 <= c < C", "0 <= o < O", "0 <= oh < OH", "0 <= ow < OW",
-          "0 <= rh < 3", "0 <= rw < 3"]
-
-
-def input_gradient_system() -> System:
-    """The contribution domain of ``dX[nx, cx, h, w]`` (padding as a guard on the read)."""
-    return System.parse(
-        ["nx", "cx", "h", "w"] + UNKNOWNS, SIZES,
-        DOMAIN + ["0 <= h < H", "0 <= w < W", "nx == n", "cx == c",
-                  "h == 2*oh + 2*rh - 1", "w == 2*ow + 2*rw - 1"])
-
-
-def weight_gradient_system() -> System:
-    return System.parse(
-        ["ow_", "cw", "kh", "kw"] + UNKNOWNS, SIZES,
-        DOMAIN + ["0 <= 2*oh + 2*rh - 1 < H", "0 <= 2*ow + 2*rw - 1 < W",
-                  "ow_ == o", "cw == c", "kh == rh", "kw == rw"])
-
 
 def median_us(fn: Callable[[], object], repeat: int) -> float:
     inner = 20
@@ -78,10 +58,6 @@ def main() -> None:
     b_num = [1, 2, 7, 9]
     b_sym = [Affine.var(v) + k for v, k in zip(["nx", "cx", "h", "w"], [0, 0, 1, 1])]
     b_w = [Affine.var(v) for v in ["ow_", "cw", "kh", "kw"]]
-    S_in, S_w = input_gradient_system(), weight_gradient_system()
-    S_in_elim, _ = S_in.eliminate_equalities(keep=["nx", "cx", "h", "w"])
-    order_in = ["nx", "cx", "h", "w", "o", "rh", "rw"]
-    order_w = ["ow_", "cw", "kh", "kw", "n", "oh", "ow"]
 
     rows: list[tuple[str, Callable[[], object]]] = [
         ("solve_integer_system  input grad 4x7", lambda: solve_integer_system(A_INPUT, b_num)),
@@ -90,14 +66,6 @@ def main() -> None:
         ("solve_parametric      input grad (b = nx, cx, h+1, w+1)",
          lambda: solve_parametric(A_INPUT, b_sym)),
         ("solve_parametric      weight grad", lambda: solve_parametric(A_WEIGHT, b_w)),
-        ("eliminate_equalities  input grad, keep (nx, cx, h, w)",
-         lambda: S_in.eliminate_equalities(keep=["nx", "cx", "h", "w"])),
-        ("eliminate (FM)        input grad, project out rh after substitution",
-         lambda: S_in_elim.eliminate("rh")),
-        ("loop_bounds           input grad (nx, cx, h, w, o, rh, rw)",
-         lambda: S_in.loop_bounds(order_in)),
-        ("loop_bounds           weight grad (o, c, kh, kw, n, oh, ow)",
-         lambda: S_w.loop_bounds(order_w)),
     ]
     try:
         from sympy import ZZ, Matrix
@@ -114,9 +82,6 @@ def main() -> None:
     print("-" * (width + 16))
     for name, fn in rows:
         print(f"{name:<{width}}  {median_us(fn, args.repeat):10.1f}")
-    print()
-    print("input-gradient loop nest:")
-    print(S_in.loop_bounds(order_in))
 
 
 if __name__ == "__main__":

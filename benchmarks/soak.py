@@ -44,6 +44,7 @@ import tecomp as tc  # noqa: E402
 from tecomp.codegen.kernel import Kernel  # noqa: E402
 from tecomp.codegen.llvm import compile_function  # noqa: E402
 from tecomp.passes.bounds_check import add_bounds_checks  # noqa: E402
+from tecomp.pipeline import schedule_of  # noqa: E402
 
 
 def build_at(prog, level: int) -> Kernel:
@@ -51,7 +52,7 @@ def build_at(prog, level: int) -> Kernel:
     outs = list(prog.outputs)
     lowered = tc.lower(outs, prog.inputs)
     func, bounds = add_bounds_checks(lowered.func)
-    entry = compile_function(func, speed_level=level)
+    entry = compile_function(func, speed_level=level, schedule=schedule_of("llvm"))
     return Kernel(func, entry, inputs=prog.inputs, outputs=outs, hidden=lowered.constants,
                   single=False, bounds=bounds)
 
@@ -188,7 +189,8 @@ def main() -> int:
             outs = list(grads)
             lowered = tc.lower(outs, prog.inputs)
             func, bounds = add_bounds_checks(lowered.func)
-            entry = compile_function(func, speed_level=args.opt_level)
+            entry = compile_function(func, speed_level=args.opt_level,
+                                     schedule=schedule_of("llvm"))
             kernel = Kernel(func, entry, inputs=prog.inputs, outputs=outs,
                             hidden=lowered.constants, single=False, bounds=bounds)
             for k, (g, w) in enumerate(zip(kernel(*prog.arrays(seed)), want)):

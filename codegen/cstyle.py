@@ -48,14 +48,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import CompileError
-from tecomp.functor import children, fresh_name
+from tecomp.functor import fresh_name
 from tecomp.loopir import (
     Allocate,
     Buffer,
@@ -68,6 +68,7 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
+from tecomp.stmt_functor import stmt_exprs, walk_expr, walk_stmt
 
 REG_TYPES = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double",
              "int32": "int", "int64": "long long", "bool": "bool"}
@@ -86,61 +87,6 @@ NAN INFINITY abs exp log sqrt tanh sin cos erf floor ceil pow min max fmin fmax
 _CMP = {E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=", E.EQ: "==", E.NE: "!="}
 _ARITH = {E.Add: "+", E.Sub: "-", E.Mul: "*"}
 _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow")
-
-
-def expr_children(e: E.Expr) -> tuple[E.Expr, ...]:
-    """Sub-expressions of a loop-IR expression (buffer-load indices included)."""
-    if isinstance(e, BufferLoad):
-        return e.indices
-    return children(e)
-
-
-def walk_expr(e: E.Expr) -> Iterable[E.Expr]:
-    """Every node of ``e`` (buffer-load indices included), pre-order, shared nodes once."""
-    seen: set[int] = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        yield x
-        stack.extend(reversed(expr_children(x)))
-
-
-def stmt_exprs(s: Stmt) -> tuple[E.Expr, ...]:
-    """The expressions a statement holds directly (not those of nested statements)."""
-    if isinstance(s, For):
-        return (s.lo, s.hi)
-    if isinstance(s, Store):
-        return tuple(s.indices) + (s.value,)
-    if isinstance(s, IfThenElse):
-        return (s.cond,)
-    if isinstance(s, LetStmt):
-        return (s.value,)
-    if isinstance(s, Allocate):
-        return tuple(s.buffer.shape)
-    return ()
-
-
-def stmt_children(s: Stmt) -> tuple[Stmt, ...]:
-    """The statements nested directly in ``s``."""
-    if isinstance(s, Seq):
-        return s.stmts
-    if isinstance(s, (For, Allocate, LetStmt)):
-        return (s.body,)
-    if isinstance(s, IfThenElse):
-        return (s.then,) if s.else_ is None else (s.then, s.else_)
-    return ()
-
-
-def walk_stmt(s: Stmt) -> Iterable[Stmt]:
-    """Every statement of ``s`` in pre-order."""
-    stack = [s]
-    while stack:
-        x = stack.pop()
-        yield x
-        stack.extend(reversed(stmt_children(x)))
 
 
 def float_literal(value: float, dtype: str) -> str:

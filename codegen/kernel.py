@@ -38,6 +38,7 @@ from .. import expr as E
 from ..cost import count_iterations
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
+from ..stmt_functor import eval_int
 from ..tensor import Tensor
 from .call_plan import ADAPT_MIN_BYTES, MAX_PLANS, Plan, data_address, empty_result
 
@@ -257,17 +258,17 @@ class Kernel:
         source: dict[E.Var, str] = {}
         for spec, x in zip(self._args, arrays):
             if isinstance(spec, _VarArg):
-                sizes[spec.var] = _scalar(spec, x)
+                sizes[spec.var] = check_scalar(spec, x)
                 source[spec.var] = spec.label
         ins: list[np.ndarray] = []
         for spec, pos in self._bufs:
-            ins.append(_array(spec, arrays[pos], pos))
+            ins.append(check_array(spec, arrays[pos], pos))
         pending: list[tuple[_BufArg, int, int]] = []
         for (spec, _), a in zip(self._bufs, ins):
-            _bind(spec, a.shape, sizes, source, pending)
+            bind_extents(spec, a.shape, sizes, source, pending)
         for spec, a in zip(self._hidden_specs, self._hidden):
-            _bind(spec, a.shape, sizes, source, pending)
-        _resolve(pending, sizes, source)
+            bind_extents(spec, a.shape, sizes, source, pending)
+        resolve_extents(pending, sizes, source)
         params = []
         for p in self.ir.params:
             if p not in sizes:
@@ -441,7 +442,8 @@ def _vars(e: E.Expr) -> set[E.Var]:
     return free_vars(e)
 
 
-def _scalar(spec: _VarArg, x: Any) -> int:
+def check_scalar(spec: _VarArg, x: Any) -> int:
+    """The integer value of the scalar argument ``x`` for ``spec`` (an error names it)."""
     if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu":
         x = x.item()
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
@@ -456,7 +458,8 @@ def _scalar(spec: _VarArg, x: Any) -> int:
 _PY_KIND = {bool: "b", int: "iu", float: "f"}
 
 
-def _array(spec: _BufArg, x: Any, pos: int) -> np.ndarray:
+def check_array(spec: _BufArg, x: Any, pos: int) -> np.ndarray:
+    """``x`` as the array argument ``pos`` for ``spec``: type, ndim and dtype checked."""
     where = f"argument {pos} ({spec.label})"
     if not isinstance(x, np.ndarray):
         if isinstance(x, np.generic):
@@ -481,8 +484,10 @@ def _array(spec: _BufArg, x: Any, pos: int) -> np.ndarray:
     return x
 
 
-def _bind(spec: _BufArg, shape: tuple[int, ...], sizes: dict[E.Var, int],
-          source: dict[E.Var, str], pending: list[tuple[_BufArg, int, int]]) -> None:
+def bind_extents(spec: _BufArg, shape: tuple[int, ...], sizes: dict[E.Var, int],
+                 source: dict[E.Var, str], pending: list[tuple[_BufArg, int, int]]) -> None:
+    """Bind the sizes that ``shape`` determines; dimensions given by expressions go to
+    ``pending`` (see :func:`resolve_extents`)."""
     for d, (e, got) in enumerate(zip(spec.dims, shape)):
         if isinstance(e, E.Const):
             if got != e.value:
@@ -500,8 +505,8 @@ def _bind(spec: _BufArg, shape: tuple[int, ...], sizes: dict[E.Var, int],
             pending.append((spec, d, got))
 
 
-def _resolve(pending: list[tuple[_BufArg, int, int]], sizes: dict[E.Var, int],
-             source: dict[E.Var, str]) -> None:
+def resolve_extents(pending: list[tuple[_BufArg, int, int]], sizes: dict[E.Var, int],
+                    source: dict[E.Var, str]) -> None:
     """Check (or solve for one unbound size) the dimensions that are expressions."""
     progress = True
     while pending and progress:
@@ -537,32 +542,6 @@ def _resolve(pending: list[tuple[_BufArg, int, int]], sizes: dict[E.Var, int],
 
 
 # ---------------------------------------------------------------------------- size arithmetic
-_INT_OPS = {
-    E.Add: lambda a, b: a + b, E.Sub: lambda a, b: a - b, E.Mul: lambda a, b: a * b,
-    E.FloorDiv: lambda a, b: a // (b or 1), E.Mod: lambda a, b: a % (b or 1),
-    E.Min: min, E.Max: max,
-}
-
-
-def eval_int(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
-    """The value of the integer size expression ``e`` given ``sizes``."""
-    if isinstance(e, E.Const):
-        return int(e.value)
-    if isinstance(e, E.Var):
-        try:
-            return sizes[e]
-        except KeyError:
-            raise ArgumentError(f"the size {e.name!r} is not bound") from None
-    if isinstance(e, E.Cast):
-        return eval_int(e.value, sizes)
-    if isinstance(e, E.Neg):
-        return -eval_int(e.a, sizes)
-    op = _INT_OPS.get(type(e))
-    if op is None:
-        raise ArgumentError(f"cannot evaluate the extent {e} from the arguments' shapes")
-    return int(op(eval_int(e.a, sizes), eval_int(e.b, sizes)))
-
-
 def solve_affine(e: E.Expr, v: E.Var, target: int, sizes: Mapping[E.Var, int]) -> int | None:
     """The integer ``x`` with ``e[v := x] == target`` when ``e`` is affine in ``v``, else None.
 

@@ -38,8 +38,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-import islpy as isl
-
 from tecomp import expr as E
 from tecomp.errors import LoweringError
 from tecomp.loopir import (
@@ -55,9 +53,9 @@ from tecomp.loopir import (
     Store,
 )
 from tecomp.printer import format_expr
+from tecomp.solvers.isl_bridge import IslError, IslSet, IslSpace, PwAff
 
 _INT = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
-_T = isl.dim_type
 # Most pieces an operation on two piecewise bounds may combine: a chain of k nested max/min
 # terms (a loop bound left by a large Fourier–Motzkin projection) would otherwise grow to 2^k
 # pieces; past this, the bound is treated as not affine and its accesses get runtime checks.
@@ -91,7 +89,7 @@ class SizeCheck:
 
 def eval_cond(e: E.Expr, sizes: Mapping[E.Var, int]) -> bool:
     """The value of a size condition built by :class:`AffineProver` (compares, and, or)."""
-    from tecomp.codegen.kernel import eval_int
+    from tecomp.stmt_functor import eval_int
 
     if isinstance(e, E.Const):
         return bool(e.value)
@@ -222,17 +220,11 @@ class AffineProver:
         self.params: dict[str, E.Expr] = {**free, **{n: e for e, n in opaque.items()}}
         self._opaque = opaque
         names = sorted(self.params)
-        # a context of its own: isl contexts are not thread-safe, and tc.build may run in threads
-        self._ctx = isl.Context()
-        self.space = isl.Space.create_from_names(self._ctx, set=sorted(bound),
-                                                 params=names)
-        self._ls = isl.LocalSpace.from_space(self.space)
-        self._dim = {n: (_T.set, i) for i, n in enumerate(sorted(bound))}
-        self._dim.update({n: (_T.param, i) for i, n in enumerate(names)})
-        self._aff_memo: dict[E.Expr, isl.PwAff | None] = {}
-        self._cond_memo: dict[E.Expr, tuple[isl.Set, bool]] = {}
-        universe = isl.Set.universe(self.space)
-        valid = universe
+        # a space (and isl context) of its own: tc.build may run in threads
+        self.isl = IslSpace(sorted(bound), names)
+        self._aff_memo: dict[E.Expr, PwAff | None] = {}
+        self._cond_memo: dict[E.Expr, tuple[IslSet, bool]] = {}
+        valid = self.isl.universe()
         zero = self._const(0)
         for x in extents:
             pa = self.aff(x)
@@ -252,17 +244,15 @@ class AffineProver:
         # eliminated loop bound that runs an access only for n >= 2 leaves n = 1 correct)
         self._always = positive.intersect(valid).params()
         # (domain of the loops and lets, exact?, guards not yet intersected, bound names)
-        self._stack: list[tuple[isl.Set, bool, tuple[E.Expr, ...], frozenset[str]]] = [
+        self._stack: list[tuple[IslSet, bool, tuple[E.Expr, ...], frozenset[str]]] = [
             (valid, True, (), frozenset())]
-        self._ctx.set_max_operations(MAX_OPERATIONS)  # each loop, let and proof from here on
+        self.isl.set_budget(MAX_OPERATIONS)  # each loop, let and proof from here on
 
     # ---------------------------------------------------------------- translation
-    def _const(self, v: int) -> isl.PwAff:
-        aff = isl.Aff.zero_on_domain(self._ls).set_constant_val(
-            isl.Val.int_from_si(self._ctx, int(v)))
-        return isl.PwAff.from_aff(aff)
+    def _const(self, v: int) -> PwAff:
+        return self.isl.const(v)
 
-    def aff(self, e: E.Expr) -> isl.PwAff | None:
+    def aff(self, e: E.Expr) -> PwAff | None:
         """``e`` as an isl piecewise quasi-affine function, or None when it is not one."""
         try:
             return self._aff_memo[e]
@@ -272,15 +262,12 @@ class AffineProver:
         self._aff_memo[e] = out
         return out
 
-    def _aff(self, e: E.Expr) -> isl.PwAff | None:
+    def _aff(self, e: E.Expr) -> PwAff | None:
         name = self._opaque.get(e)
         if name:
             e = E.Var(name)
         if isinstance(e, E.Var):
-            where = self._dim.get(e.name)
-            if where is None:
-                return None
-            return isl.PwAff.from_aff(isl.Aff.var_on_domain(self._ls, *where))
+            return self.isl.var(e.name)
         if isinstance(e, (E.Const, E.Zero)):
             v = getattr(e, "value", 0)
             return self._const(int(v)) if isinstance(v, (int, bool)) or e.dtype in _INT \
@@ -319,12 +306,10 @@ class AffineProver:
             d = int(e.b.value)
             if d <= 0:
                 return None
-            val = isl.Val.int_from_si(self._ctx, d)
-            return a.scale_down_val(val).floor() if isinstance(e, E.FloorDiv) \
-                else a.mod_val(val)
+            return self.isl.floordiv(a, d) if isinstance(e, E.FloorDiv) else self.isl.mod(a, d)
         return None
 
-    def cond(self, e: E.Expr) -> tuple[isl.Set, bool]:
+    def cond(self, e: E.Expr) -> tuple[IslSet, bool]:
         """A superset of the points where ``e`` holds, and whether it is exact."""
         try:
             return self._cond_memo[e]
@@ -334,10 +319,10 @@ class AffineProver:
         self._cond_memo[e] = out
         return out
 
-    def _cond(self, e: E.Expr) -> tuple[isl.Set, bool]:
-        universe = isl.Set.universe(self.space)
+    def _cond(self, e: E.Expr) -> tuple[IslSet, bool]:
+        universe = self.isl.universe()
         if isinstance(e, E.Const):
-            return (universe if e.value else isl.Set.empty(self.space)), True
+            return (universe if e.value else self.isl.empty()), True
         if isinstance(e, E.And):
             (a, x), (b, y) = self.cond(e.a), self.cond(e.b)
             return a.intersect(b), x and y
@@ -357,10 +342,10 @@ class AffineProver:
 
     # ---------------------------------------------------------------- domains
     def push_loop(self, s: For) -> None:
-        self._ctx.reset_operations()
+        self.isl.reset_budget()
         try:
             self._push_loop(s)
-        except isl.Error:  # over the operation budget: the loop's bounds are not used
+        except IslError:  # over the operation budget: the loop's bounds are not used
             self._push_unknown(s.var)
 
     def _push_loop(self, s: For) -> None:
@@ -377,25 +362,21 @@ class AffineProver:
             if lo is None:
                 exact = False
             else:
-                step = isl.Val.int_from_si(self._ctx, s.step)
-                dom = dom.intersect(v.sub(lo).mod_val(step).eq_set(self._const(0)))
+                dom = dom.intersect(self.isl.mod(v.sub(lo), s.step).eq_set(self._const(0)))
         self._push(s.var, dom, exact)
 
     def push_let(self, s: LetStmt) -> None:
-        self._ctx.reset_operations()
+        self.isl.reset_budget()
         try:
             self._push_let(s)
-        except isl.Error:  # over the operation budget: the value is not used
+        except IslError:  # over the operation budget: the value is not used
             self._push_unknown(s.var)
 
     def _push_unknown(self, var: E.Var) -> None:
         """Bind ``var`` with no known range (outside the budget: one projection of the
         enclosing domain, which the enclosing loops already paid for)."""
-        self._ctx.set_max_operations(0)  # 0: no limit
-        try:
+        with self.isl.unlimited(then=MAX_OPERATIONS):
             self._push(var, self._fresh(var)[0], False)
-        finally:
-            self._ctx.set_max_operations(MAX_OPERATIONS)
 
     def _push_let(self, s: LetStmt) -> None:
         dom, exact = self._fresh(s.var)
@@ -415,12 +396,11 @@ class AffineProver:
     def pop(self) -> None:
         self._stack.pop()
 
-    def _fresh(self, var: E.Var) -> tuple[isl.Set, bool]:
+    def _fresh(self, var: E.Var) -> tuple[IslSet, bool]:
         dom, exact, _, _ = self._stack[-1]
-        where = self._dim[var.name]
-        return dom.eliminate(where[0], where[1], 1), exact
+        return self.isl.eliminate(dom, var.name), exact
 
-    def _push(self, var: E.Var, dom: isl.Set, exact: bool) -> None:
+    def _push(self, var: E.Var, dom: IslSet, exact: bool) -> None:
         _, _, guards, names = self._stack[-1]
         if var.name in names:  # rebinding a name in scope: its guards no longer apply
             guards, exact = (), False
@@ -436,11 +416,11 @@ class AffineProver:
         their loops alone, and a zero-eliminated guard can hold dozens of nested divisions.
         A proof over :data:`MAX_OPERATIONS` isl operations gives up: "runtime".
         """
-        self._ctx.reset_operations()
+        self.isl.reset_budget()
         try:
             return self._verdict(buf, axis, index, path, kind, access)
-        except isl.Error:
-            self._ctx.reset_operations()
+        except IslError:
+            self.isl.reset_budget()
             return "runtime"
 
     def _verdict(self, buf: Buffer, axis: int, index: E.Expr, path: E.Expr, kind: str,
@@ -470,40 +450,35 @@ class AffineProver:
             return "runtime"
         return SizeCheck(cond, buf.name, axis, access, kind)
 
-    def _witness(self, bad: isl.Set, buf: Buffer, axis: int, index: E.Expr, kind: str,
+    def _witness(self, bad: IslSet, buf: Buffer, axis: int, index: E.Expr, kind: str,
                  access: str) -> str:
-        pt = bad.sample_point()
         vals = []
-        for name, (t, i) in sorted(self._dim.items(), key=lambda kv: (kv[1][0] != _T.param,
-                                                                      kv[1][1])):
-            if name in self._opaque.values() or (t == _T.set and name not in
-                                                  {v.name for v in _free_vars(index)}):
+        used = {v.name for v in _free_vars(index)}
+        for name, is_param, value in self.isl.sample(bad):
+            if name in self._opaque.values() or (not is_param and name not in used):
                 continue
-            vals.append(f"{name} = {pt.get_coordinate_val(t, i).to_python()}")
+            vals.append(f"{name} = {value}")
         verb = "read of" if kind == "read" else "write to"
         where = f" (e.g. at {', '.join(vals)})" if vals else ""
         return (f"out-of-bounds {verb} tensor {buf.name!r} in {access}: axis {axis} index "
                 f"{format_expr(index)} leaves [0, {format_expr(buf.shape[axis])}){where} for "
                 "all sizes")
 
-    def _size_expr(self, sizes: isl.Set) -> E.Expr | None:
+    def _size_expr(self, sizes: IslSet) -> E.Expr | None:
         terms: list[E.Expr] = []
-        for bs in sizes.get_basic_sets():
-            if bs.dim(_T.div):
-                return None
+        pieces = self.isl.parameter_constraints(sizes)
+        if pieces is None:
+            return None
+        for constraints in pieces:
             conj: list[E.Expr] = []
-            for c in bs.get_constraints():
-                lhs: E.Expr = E.Const(int(c.get_constant_val().to_python()), "int64")
-                for name, (t, i) in self._dim.items():
-                    if t != _T.param:
-                        continue
-                    k = int(c.get_coefficient_val(t, i).to_python())
-                    if k:
-                        v = self.params[name]
-                        lhs = E.Add(lhs, v if k == 1 else E.Mul(E.Const(k, "int64"), v,
-                                                                "int64"), "int64")
+            for coeffs, const, is_eq in constraints:
+                lhs: E.Expr = E.Const(const, "int64")
+                for name, k in coeffs.items():
+                    v = self.params[name]
+                    lhs = E.Add(lhs, v if k == 1 else E.Mul(E.Const(k, "int64"), v,
+                                                            "int64"), "int64")
                 zero = E.Const(0, "int64")
-                conj.append(E.EQ(lhs, zero) if c.is_equality() else E.GE(lhs, zero))
+                conj.append(E.EQ(lhs, zero) if is_eq else E.GE(lhs, zero))
             out: E.Expr = E.Const(True, "bool")
             for c in conj:
                 out = c if out == E.Const(True, "bool") else E.And(out, c)

@@ -66,6 +66,7 @@ from tecomp.loopir import (
     Store,
 )
 from tecomp.printer import format_expr
+from tecomp.stmt_functor import eval_int, walk_stmt
 
 from .bounds_affine import AffineProver, SizeCheck, eval_cond
 
@@ -127,8 +128,6 @@ class BoundsInfo:
 
 
 def _extent(e: E.Expr, sizes: Mapping[E.Var, int]) -> int:
-    from tecomp.codegen.kernel import eval_int
-
     return eval_int(e, sizes)
 
 
@@ -179,28 +178,9 @@ def _expr_children(e: Any) -> list[E.Expr]:
     return out
 
 
-def _sub_stmts(s: Stmt) -> list[Stmt]:
-    if isinstance(s, Seq):
-        return list(s.stmts)
-    if isinstance(s, (For, LetStmt, Allocate)):
-        return [s.body]
-    if isinstance(s, IfThenElse):
-        return [s.then] + ([s.else_] if s.else_ is not None else [])
-    return []
-
-
-def _all_stmts(s: Stmt) -> list[Stmt]:
-    out, todo = [], [s]
-    while todo:
-        t = todo.pop()
-        out.append(t)
-        todo += _sub_stmts(t)
-    return out
-
-
 def _stmt_names(s: Stmt) -> set[str]:
     names: set[str] = set()
-    for t in _all_stmts(s):
+    for t in walk_stmt(s):
         if isinstance(t, Allocate):
             names.add(t.buffer.name)
         if isinstance(t, (For, LetStmt)):
@@ -209,7 +189,7 @@ def _stmt_names(s: Stmt) -> set[str]:
 
 
 def _allocated(s: Stmt) -> list[Buffer]:
-    return [t.buffer for t in _all_stmts(s) if isinstance(t, Allocate)]
+    return [t.buffer for t in walk_stmt(s) if isinstance(t, Allocate)]
 
 
 # ------------------------------------------------------------------------------ rewriting

@@ -36,7 +36,7 @@ from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, make_reduce, substitute, walk
 from tecomp.tensor import ComputeOp, Tensor
 
-from .flatten_sum import _const, _decompose, _Reads, insert_stages
+from .flatten_sum import Reads, const_int, decompose_index, insert_stages
 from .loop_order import coefficient
 
 
@@ -67,9 +67,9 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: in
         return None
     if any(isinstance(x, E.Reduce) for x in walk(body.body)) or not t.op.axes:
         return None
-    rext = [_const(ax.extent) for ax in body.axes]
-    dext = [_const(ax.extent) for ax in t.op.axes]
-    if None in rext or None in dext or any(_const(ax.lo) != 0 for ax in body.axes + t.op.axes):
+    rext = [const_int(ax.extent) for ax in body.axes]
+    dext = [const_int(ax.extent) for ax in t.op.axes]
+    if None in rext or None in dext or any(const_int(ax.lo) != 0 for ax in body.axes + t.op.axes):
         return None
     if not min_inner <= dext[-1] < max_inner:
         return None
@@ -97,7 +97,7 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: in
     names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
     p = E.Var(fresh_name("p", names), "int64")
     names.add(p.name)
-    at = dict(zip([ax.var for ax in flat_axes], _decompose(p, dext[n:])))
+    at = dict(zip([ax.var for ax in flat_axes], decompose_index(p, dext[n:])))
     mapping: dict[E.TensorRead, E.Expr] = {}
     new: list[Tensor] = []
     for r in staged:
@@ -105,16 +105,16 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: in
         size, reuse = terms * rows, 1
         for ax in lead:
             if ax in used:
-                size *= _const(ax.extent)
+                size *= const_int(ax.extent)
             else:
-                reuse *= _const(ax.extent)
+                reuse *= const_int(ax.extent)
         if reuse < min_reuse or size > max_gather:
             return None
         g = _columns(t, r, used, body.axes, at, p, rows, names, len(new))
         new.append(g)
         mapping[r] = E.TensorRead(g, tuple(ax.var for ax in used) +
                                   tuple(ax.var for ax in body.axes) + (p,), r.dtype)
-    flat_body = substitute(_Reads(mapping).visit(body.body), at)
+    flat_body = substitute(Reads(mapping).visit(body.body), at)
     row_axes = tuple(lead) + (E.IterVar(p, E.Const(0, "int64"), E.Const(rows, "int64"),
                                         "data"),)
     total = make_reduce("sum", flat_body, body.axes, None, body.dtype)

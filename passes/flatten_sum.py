@@ -47,11 +47,11 @@ from tecomp.tensor import ComputeOp, Tensor
 from .loop_order import coefficient
 
 
-def _const(e: E.Expr) -> int | None:
+def const_int(e: E.Expr) -> int | None:
     return int(e.value) if isinstance(e, E.Const) else None
 
 
-def _decompose(f: E.Var, extents: list[int]) -> list[E.Expr]:
+def decompose_index(f: E.Var, extents: list[int]) -> list[E.Expr]:
     """The reduction-axis values at flat index ``f`` (row-major over ``extents``)."""
     out = []
     stride = 1
@@ -66,7 +66,7 @@ def _contiguous(r: E.TensorRead, rvars: list[E.Var], extents: list[int]) -> bool
     m = len(rvars)
     if len(r.indices) < m or list(r.indices[-m:]) != rvars:
         return False
-    if [_const(s) for s in r.tensor.shape[-m:]] != extents:
+    if [const_int(s) for s in r.tensor.shape[-m:]] != extents:
         return False
     return not any(free_vars(i) & set(rvars) for i in r.indices[:-m])
 
@@ -77,7 +77,7 @@ def _strided(r: E.TensorRead, rvars: list[E.Var]) -> bool:
                for c in [coefficient(i, v)])
 
 
-class _Reads(ExprMutator):
+class Reads(ExprMutator):
     def __init__(self, mapping: dict[E.TensorRead, E.Expr]) -> None:
         super().__init__()
         self.mapping = mapping
@@ -123,23 +123,23 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, min_terms: int, max_last: int
         return None
     if any(isinstance(x, E.Reduce) for x in walk(body.body)) or len(body.axes) < 2:
         return None
-    extents = [_const(ax.extent) for ax in body.axes]
-    if None in extents or any(_const(ax.lo) != 0 for ax in body.axes):
+    extents = [const_int(ax.extent) for ax in body.axes]
+    if None in extents or any(const_int(ax.lo) != 0 for ax in body.axes):
         return None
     terms = 1
     for n in extents:
         terms *= n
-    last = _const(t.op.axes[-1].extent) if t.op.axes else None
+    last = const_int(t.op.axes[-1].extent) if t.op.axes else None
     if extents[-1] >= max_inner or terms < min_terms or last is None or last >= max_last:
         return None
     data = {ax.var: ax for ax in t.op.axes}
-    dext = {v: _const(ax.extent) for v, ax in data.items()}
+    dext = {v: const_int(ax.extent) for v, ax in data.items()}
     rvars = [ax.var for ax in body.axes]
     names = {v.name for v in free_vars(body)} | {v.name for v in rvars} | \
         {v.name for v in data}
     f = E.Var(fresh_name("f", names), "int64")
     names.add(f.name)
-    at = dict(zip(rvars, _decompose(f, extents)))
+    at = dict(zip(rvars, decompose_index(f, extents)))
     mapping: dict[E.TensorRead, E.Expr] = {}
     gathers: list[Tensor] = []
     for r in (x for x in walk(body.body) if isinstance(x, E.TensorRead)):
@@ -171,7 +171,7 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, min_terms: int, max_last: int
     flat = E.IterVar(f, E.Const(0, "int64"), E.Const(terms, "int64"), "reduce")
     # reduction axes used outside the rewritten reads (a select on ``y``) take their value
     # from ``f`` as well
-    flat_body = substitute(_Reads(mapping).visit(body.body), at)
+    flat_body = substitute(Reads(mapping).visit(body.body), at)
     return gathers, make_reduce("sum", flat_body, (flat,), None, body.dtype)
 
 

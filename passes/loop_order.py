@@ -216,33 +216,33 @@ def _short_inner(k: E.IterVar, j: E.IterVar, most: int | None = None) -> bool:
     return ek is not None and (ej is None or ej > ek)
 
 
-def _lower_terms(e: E.Expr) -> list[E.Expr]:
+def lower_terms(e: E.Expr) -> list[E.Expr]:
     """``max(a, max(b, c))`` -> ``[a, b, c]`` (the terms a lower bound is the maximum of)."""
     if isinstance(e, E.Max):
-        return _lower_terms(e.a) + _lower_terms(e.b)
+        return lower_terms(e.a) + lower_terms(e.b)
     return [e]
 
 
-def _upper_terms(e: E.Expr) -> list[E.Expr]:
+def upper_terms(e: E.Expr) -> list[E.Expr]:
     """``min(a, b) + c`` -> ``[a + c, b + c]`` (an exclusive upper bound as a minimum)."""
     if isinstance(e, E.Min):
-        return _upper_terms(e.a) + _upper_terms(e.b)
+        return upper_terms(e.a) + upper_terms(e.b)
     if isinstance(e, E.Add) and isinstance(e.b, E.Const) and isinstance(e.a, E.Min):
-        return [E.add(t, e.b) for t in _upper_terms(e.a)]
+        return [E.add(t, e.b) for t in upper_terms(e.a)]
     return [e]
 
 
-def _floor_form(t: E.Expr, j: E.Var):
+def floor_form(t: E.Expr, j: E.Var):
     """``(a, r, c, d)`` with ``t == (a*j + r) // c + d``, ``a`` in {1, -1}, ``c >= 1`` and
     ``r, d`` free of ``j``; None when ``t`` is not of that form."""
     if isinstance(t, (E.Add, E.Sub)) and j not in _vars(t.b):
-        inner = _floor_form(t.a, j)
+        inner = floor_form(t.a, j)
         if inner is None:
             return None
         a, r, c, d = inner
         return a, r, c, (E.add(d, t.b) if isinstance(t, E.Add) else E.sub(d, t.b))
     if isinstance(t, E.Add) and j not in _vars(t.a):
-        inner = _floor_form(t.b, j)
+        inner = floor_form(t.b, j)
         return None if inner is None else (*inner[:3], E.add(inner[3], t.a))
     if isinstance(t, E.FloorDiv) and isinstance(t.b, E.Const) and int(t.b.value) >= 1:
         a = coefficient(t.a, j)
@@ -258,7 +258,7 @@ def _invert_floor(t: E.Expr, k: E.Var, j: E.Var, lower: bool):
     """For a bound term ``t = (a*j + r) // c + d`` of ``k`` (``k >= t`` when ``lower``, else
     ``k < t``): ``(side, bound of j, j at which t is extreme)`` or None.  ``k >= t`` means
     ``c*(k - d + 1) > a*j + r``; ``k < t`` means ``c*(k - d + 1) <= a*j + r``."""
-    form = _floor_form(t, j)
+    form = floor_form(t, j)
     if form is None:
         return None
     a, r, c, d = form
@@ -301,8 +301,8 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
         if j not in _vars(lo) and j not in _vars(hi):
             kb.append((lo, hi))
             continue
-        nlo = _invert_terms(_lower_terms(lo), k, j, jlo, jlast, jl, jh, True)
-        nhi = _invert_terms(_upper_terms(hi), k, j, jlo, jlast, jl, jh, False)
+        nlo = _invert_terms(lower_terms(lo), k, j, jlo, jlast, jl, jh, True)
+        nhi = _invert_terms(upper_terms(hi), k, j, jlo, jlast, jl, jh, False)
         if nlo is None or nhi is None:
             return None
         kb.append((nlo, nhi))

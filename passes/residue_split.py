@@ -66,9 +66,8 @@ from tecomp import expr as E
 from tecomp.functor import ExprMutator, children, free_vars, fresh_name, substitute, walk
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
 
-from .loop_order import _floor_form, _lower_terms, _upper_terms, coefficient, outer_loops
+from .loop_order import coefficient, floor_form, lower_terms, outer_loops, upper_terms
 from .lower_stage import identity, rename_axes, upper
-from .schedule_tile import window_overlap
 from .zero_elimination.bridge import AffineBridge
 
 
@@ -104,11 +103,22 @@ class Window:
         return lo, hi
 
 
+def window_overlap(los: list[E.Expr], his: list[E.Expr]) -> tuple[E.Expr, E.Expr]:
+    """``(P, M)`` for ranges ``[los[n], his[n])``: ``P = max(los)``, ``M = max(P, min(his))``,
+    so ``[P, M)`` is where every range holds (empty when they do not overlap)."""
+    p, h = los[0], his[0]
+    for x in los[1:]:
+        p = E.maximum(p, x)
+    for x in his[1:]:
+        h = E.minimum(h, x)
+    return p, E.maximum(p, h)
+
+
 def _term(t: E.Expr, j: E.Var) -> tuple[E.Expr, int, E.Expr] | None:
     """``(c, s, d)`` with ``t == (j + c) // s + d`` (``s = 1``: ``j + c``), else None."""
     if coefficient(t, j) == 1:
         return substitute(t, {j: E.Const(0, j.dtype)}), 1, E.Const(0, j.dtype)
-    form = _floor_form(t, j)
+    form = floor_form(t, j)
     if form is None or form[0] != 1:
         return None
     _, c, s, d = form
@@ -147,8 +157,8 @@ def find_window(raxes: tuple[E.IterVar, ...], j: E.Var, *,
     wlo: list = []
     whi: list = []
     strides: set[int] = set()
-    if not (_split_terms(_lower_terms(lo), j, flo, wlo, strides)
-            and _split_terms(_upper_terms(hi), j, fhi, whi, strides)):
+    if not (_split_terms(lower_terms(lo), j, flo, wlo, strides)
+            and _split_terms(upper_terms(hi), j, fhi, whi, strides)):
         return None
     if len(strides) != 1 or not wlo or not whi:
         return None
@@ -304,7 +314,7 @@ def split_window_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
 def _folded(q: E.Var, u: E.Var, a: int, b: int, q_range, update, dst: Buffer,
             at: tuple[E.Expr, ...], term) -> Stmt:
     """The window ``u in [a, b)`` folded into one update per ``q`` where every ``u`` is valid
-    (index-set splitting, as :func:`.schedule_tile._split_fold`)::
+    (index-set splitting, as :func:`.schedule.cpu.tile.split_fold`)::
 
         for (u, a, b) { for (q, lo(u), min(hi(u), P)) { D[q] += v(u, q) } }    # q < P
         for (q, P, M) { D[q] = ((D[q] + v(a, q)) + v(a + 1, q)) + .. }           # all u valid

@@ -1,5 +1,5 @@
-"""Integer solvers: Smith/Hermite normal forms, integer linear systems, affine constraint
-systems over named variables, Fourier–Motzkin elimination and exact loop bounds.
+"""Integer solvers: Smith/Hermite normal forms, integer linear systems over named variables,
+and Fourier–Motzkin elimination.
 
 Everything here works on plain integer matrices (lists of lists of Python ints) and on
 :class:`Affine` expressions over named variables; nothing depends on the tecomp IR.
@@ -8,11 +8,12 @@ Everything here works on plain integer matrices (lists of lists of Python ints) 
 * :func:`solve_integer_system` (numeric ``A x = b``), :func:`solve_parametric` (``b`` affine
   in parameters, with divisibility conditions) — :mod:`.integer_system`
 * :class:`Affine`, :class:`Congruence` — :mod:`.affine`
-* :class:`System` (equalities, inequalities, congruences; equality elimination,
-  Fourier–Motzkin, ``//``/``%`` elimination, counting) — :mod:`.system`
-* :func:`loop_bounds` and its :class:`LoopNest` / :class:`Loop` / :class:`Bound` /
-  :class:`Let` — :mod:`.loops`
-* isl conversion — :mod:`.isl_bridge` (imported on demand)
+* Fourier–Motzkin elimination with integer tightening on ``aff >= 0`` constraints —
+  :mod:`.inequalities`
+* isl sets over named dimensions, the one place that talks to islpy — :mod:`.isl_bridge`
+  (imported on demand: the static bounds proofs use it)
+
+Zero elimination uses the first four.
 """
 
 from __future__ import annotations
@@ -27,10 +28,7 @@ _EXPORTS = {
     "Affine": "affine", "Congruence": "affine",
     "ParametricSolution": "integer_system", "solve_integer_system": "integer_system",
     "solve_parametric": "integer_system",
-    "Bound": "loops", "Let": "loops", "Loop": "loops", "LoopNest": "loops",
-    "loop_bounds": "loops",
     "hermite_normal_form": "smith", "smith_normal_form": "smith",
-    "EqualityElimination": "system", "System": "system",
 }
 
 
@@ -49,16 +47,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Affine",
-    "Bound",
     "Congruence",
-    "EqualityElimination",
-    "Let",
-    "Loop",
-    "LoopNest",
     "ParametricSolution",
-    "System",
     "hermite_normal_form",
-    "loop_bounds",
     "smith_normal_form",
     "solve_integer_system",
     "solve_parametric",

@@ -3,7 +3,7 @@
 An :class:`Affine` is ``sum(c_v * v) + c0`` with integer coefficients ``c_v`` and an integer
 constant ``c0``.  Variables are plain strings; whether a name is a loop variable, a
 parameter (a symbolic size such as ``n``) or an existential is decided by the container
-(:class:`~tecomp.solvers.system.System`), never by the expression.
+(the caller, e.g. zero elimination), never by the expression.
 
 Affine values are immutable, hashable and compared structurally::
 

@@ -11,7 +11,7 @@ integer projection the dark shadow; a pair is exact when ``a == 1`` or ``b == 1`
 exact when every pair is.  :func:`pair_is_exact` checks this, and also accepts the
 "window" pair ``c*x <= u <= c*x + k`` with ``k >= c - 1``, which always contains a
 multiple of ``c``.  When an exact integer projection matters and these tests fail, the
-callers use isl (:mod:`tecomp.solvers.isl_bridge`), which keeps existential divisions.
+callers keep the constraint as a guard instead.
 
 Integer tightening: an integer point satisfies ``sum(a_i x_i) + k >= 0`` iff it satisfies
 ``sum(a_i/g x_i) + floor(k/g) >= 0`` with ``g = gcd(a_i)``; so ``2x + 4y - 3 >= 0``

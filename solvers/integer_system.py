@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .affine import Affine, AffineLike, Congruence, as_affine, combine
-from .smith import IntMatrix, _echelon_columns, _snf, as_int_matrix
+from .smith import IntMatrix, as_int_matrix, echelon_columns, snf_core
 
 __all__ = ["ParametricSolution", "solve_integer_system", "solve_parametric"]
 
@@ -60,7 +60,7 @@ def solve_integer_system(A: Any, b: Sequence[int]) -> tuple[list[int], IntMatrix
     if len(rhs) != m:
         raise ValueError(f"right-hand side has {len(rhs)} entries, expected {m}")
     cols = [[rows[i][j] for i in range(m)] + [int(i == j) for i in range(n)] for j in range(n)]
-    pivots = _echelon_columns(cols, m, reduce=False)
+    pivots = echelon_columns(cols, m, reduce=False)
     r = len(pivots)
     y: list[int] = []
     k = 0
@@ -151,7 +151,7 @@ def solve_parametric(A: Any, b: Sequence[AffineLike | str]) -> ParametricSolutio
     rhs = [as_affine(v) for v in b]
     if len(rhs) != len(rows):
         raise ValueError(f"right-hand side has {len(rhs)} entries, expected {len(rows)}")
-    U, S, V, W = _snf(rows, n, want_inverse=True)
+    U, S, V, W = snf_core(rows, n, want_inverse=True)
     assert W is not None
     r = sum(1 for i in range(min(len(S), n)) if S[i][i])
     ub = [combine(zip(row, rhs)) for row in U]

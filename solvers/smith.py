@@ -76,11 +76,11 @@ def smith_normal_form(A: Any) -> tuple[IntMatrix, IntMatrix, IntMatrix]:
     All three are lists of lists of Python ints.
     """
     n = A.shape[1] if hasattr(A, "shape") else (len(A[0]) if len(A) else 0)
-    U, S, V, _ = _snf(as_int_matrix(A, n), n, want_inverse=False)
+    U, S, V, _ = snf_core(as_int_matrix(A, n), n, want_inverse=False)
     return U, S, V
 
 
-def _snf(
+def snf_core(
     S: IntMatrix, n: int, want_inverse: bool
 ) -> tuple[IntMatrix, IntMatrix, IntMatrix, IntMatrix | None]:
     """Smith form in place; also returns ``V^-1`` when asked (used for the inverse map)."""
@@ -155,13 +155,13 @@ def hermite_normal_form(A: Any, ncols: int | None = None) -> tuple[IntMatrix, In
     m = len(rows)
     n = ncols if ncols is not None else (len(rows[0]) if rows else 0)
     cols = [[rows[i][j] for i in range(m)] + [int(i == j) for i in range(n)] for j in range(n)]
-    pivots = _echelon_columns(cols, m)
+    pivots = echelon_columns(cols, m)
     H = [[cols[j][i] for j in range(n)] for i in range(m)]
     V = [[cols[j][m + i] for j in range(n)] for i in range(n)]
     return H, V, pivots
 
 
-def _echelon_columns(cols: list[list[int]], m: int, reduce: bool = True) -> list[int]:
+def echelon_columns(cols: list[list[int]], m: int, reduce: bool = True) -> list[int]:
     """Column-echelon form in place on augmented columns (first ``m`` entries are ``A``).
 
     Returns the pivot rows; the pivot columns come first, in order.

@@ -3,12 +3,11 @@
 Both validate their arguments, build the naive derivative with the reverse-mode pass
 (:func:`tecomp.passes.autodiff.differentiate`: one adjoint stage per tensor, Kronecker
 ``Delta`` nodes for every read) and, unless ``optimize=False``, hand the result to zero
-elimination (``tecomp.passes.pipeline.optimize_gradient``) when that pass is available.
+elimination; both through the pipeline (:func:`tecomp.pipeline.differentiate`).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Mapping, Sequence
 
 from . import dtypes
@@ -29,11 +28,11 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     inputs may be placeholders or intermediate compute tensors, and an input the output does
     not depend on gets a zero tensor.
 
-    ``optimize=True`` runs zero elimination (``tecomp.passes.pipeline.optimize_gradient``) on
-    the result when the pipeline provides it.  Without zero elimination (``optimize=False``,
-    or before that pass exists) the gradients are correct but slow: each adjoint is a dense
-    sum over the consumer's whole domain with ``Delta`` nodes inside, O(|X|·|Y|·|K|) to
-    evaluate.
+    ``optimize=True`` runs zero elimination and simplification on the result.  Without them
+    (``optimize=False``) the gradients are correct but slow: each adjoint is a dense sum over
+    the consumer's whole domain with ``Delta`` nodes inside, O(|X|·|Y|·|K|) to evaluate; the
+    results record that choice, and ``tc.lower``, ``tc.cost`` and ``tc.build`` keep them as
+    written (:mod:`tecomp.pipeline`).
 
     ``overrides`` replaces the derivative of chosen tensors: it maps a tensor, or a tag string
     (every compute declared with ``tag=``), to ``fn(out, inputs, head) -> list``.  ``inputs``
@@ -53,11 +52,9 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     else:
         _check_head(head, output)
     _check_overrides(overrides)
-    from .diagnostics import run_pass
-    from .passes.autodiff import differentiate
+    from .pipeline import differentiate
 
-    grads = run_pass("autodiff", differentiate, output, ins, head, overrides=overrides)
-    return _optimized(grads) if optimize else grads
+    return differentiate(output, ins, head, overrides=overrides, optimize=optimize)
 
 
 def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
@@ -68,26 +65,13 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
     """
     _check_output(output, "jacobian")
     (x,) = _check_inputs([input], output, "jacobian")
-    from .passes.autodiff import differentiate
+    from .pipeline import differentiate
 
-    (jac,) = differentiate(output, [x], _identity(output))
-    return _optimized([jac])[0] if optimize else jac
+    (jac,) = differentiate(output, [x], _identity(output), optimize=optimize)
+    return jac
 
 
 # --------------------------------------------------------------------------- helpers
-def _optimized(tensors: list[Tensor]) -> list[Tensor]:
-    try:
-        mod = importlib.import_module("tecomp.passes.pipeline")
-    except ModuleNotFoundError as err:
-        if err.name not in ("tecomp.passes.pipeline", "tecomp.passes"):
-            raise
-        return tensors
-    fn = getattr(mod, "optimize_gradient", None)
-    if fn is None:
-        return tensors
-    return list(fn(tensors))
-
-
 def _check_output(output: Any, who: str) -> None:
     if not isinstance(output, Tensor):
         raise DifferentiationError(f"tc.{who}: the output {output!r} is not a tensor")

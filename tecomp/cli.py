@@ -62,9 +62,9 @@ def load_program(path: str) -> tuple[list[tc.Tensor], list[Any]]:
         if not isinstance(t, tc.Tensor):
             raise tc.TecompError(f"{path}: output {t!r} is not a tensor")
     if ins is None:
-        from .lowering_api import _default_inputs
+        from .lowering_api import default_inputs
 
-        ins = _default_inputs(outs)
+        ins = default_inputs(outs)
     return outs, [ins] if isinstance(ins, tc.Tensor) else list(ins)
 
 

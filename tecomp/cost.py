@@ -40,6 +40,7 @@ from . import expr as E
 from .errors import TecompError
 from .functor import children
 from .loopir import Allocate, BufferLoad, For, IfThenElse, LetStmt, LoweredFunc, Seq, Stmt, Store
+from .stmt_functor import walk_stmt
 
 
 class _LazySympy:
@@ -171,15 +172,7 @@ def _subst(e: E.Expr, lets: dict[E.Var, E.Expr]) -> E.Expr:
 
 
 def _has_loop(s: Stmt) -> bool:
-    if isinstance(s, For):
-        return True
-    if isinstance(s, Seq):
-        return any(_has_loop(x) for x in s.stmts)
-    if isinstance(s, IfThenElse):
-        return _has_loop(s.then) or (s.else_ is not None and _has_loop(s.else_))
-    if isinstance(s, (Allocate, LetStmt)):
-        return _has_loop(s.body)
-    return False
+    return any(isinstance(x, For) for x in walk_stmt(s))
 
 
 def _only_constant_stores(s: Stmt) -> bool:

@@ -92,7 +92,7 @@ def hessian(output: Tensor, input: Tensor) -> Tensor:
         raise TecompError(
             f"hessian: the output {output.name!r} has shape {_shape_str(output)}; tc.hessian "
             "needs a scalar output (shape ()); use tc.diff_operator for per-sample operators")
-    return full_hessian(output, x)
+    return full_hessian(output, x, gradient=_gradient)
 
 
 def _last_extent(x: Tensor, who: str) -> int:
@@ -135,7 +135,7 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     if method == "hessian":
         from .passes.dof.hessian_method import hessian_operator
 
-        return hessian_operator(output, x, a, who=who)
+        return hessian_operator(output, x, a, who=who, gradient=_gradient)
     raise TecompError(f"{who}: unknown method {method!r}; use 'dof' or 'hessian'")
 
 
@@ -144,6 +144,13 @@ def laplacian(output: Tensor, x: Tensor, method: str = "dof") -> Tensor:
     x = _check_tensor(x, "laplacian: x")
     n = _last_extent(x, "laplacian")
     return diff_operator(output, x, np.eye(n), method=method)
+
+
+def _gradient(output: Tensor, x: Tensor) -> Tensor:
+    """``tc.gradient(output, [x])[0]``: the reverse-mode gradient the Hessians start from."""
+    from .autodiff_api import gradient
+
+    return gradient(output, [x])[0]
 
 
 __all__ = ["diff_operator", "hessian", "jvp", "laplacian"]

@@ -25,35 +25,6 @@ class ExprFunctor:
         return method(e)
 
 
-class ExprVisitor(ExprFunctor):
-    """Walk every node once (shared subexpressions are visited once)."""
-
-    def __init__(self) -> None:
-        self._seen: set[int] = set()
-
-    def visit(self, e: Any) -> Any:
-        key = id(e)
-        if key in self._seen:
-            return None
-        self._seen.add(key)
-        return super().visit(e)
-
-    def _leaf(self, e: Any) -> None:
-        return None
-
-    visit_Const = visit_Zero = visit_Var = _leaf
-
-    def _children(self, e: Any) -> None:
-        for c in children(e):
-            self.visit(c)
-
-    visit_Add = visit_Sub = visit_Mul = visit_Div = visit_FloorDiv = visit_Mod = _children
-    visit_Min = visit_Max = visit_Neg = _children
-    visit_LT = visit_LE = visit_GT = visit_GE = visit_EQ = visit_NE = _children
-    visit_And = visit_Or = visit_Not = visit_Select = visit_Cast = visit_Call = _children
-    visit_TensorRead = visit_Reduce = visit_Delta = _children
-
-
 def children(e: E.Expr) -> tuple[E.Expr, ...]:
     """The direct sub-expressions of ``e`` (axis bounds of a reduction included)."""
     if isinstance(e, (E.BinaryOp, E.CmpOp, E.And, E.Or, E.Delta)):

@@ -1,8 +1,9 @@
 """Public entry points ``tc.lower`` and ``tc.cost``.
 
-Both run the pre-lowering pipeline (:func:`tecomp.passes.pipeline.prepare`: zero elimination
-and simplification) on the outputs, then lower them with :func:`tecomp.passes.lower.lower`.
-``tc.cost`` counts on that lowered program (rules in :mod:`tecomp.cost`).
+Both run the pipeline (:func:`tecomp.pipeline.lower`: zero elimination and simplification,
+then lowering to loop IR) on the outputs.  ``tc.cost`` counts on that lowered program (rules
+in :mod:`tecomp.cost`); ``tc.lower(..., target=...)`` goes on to the target's bounds checks
+and schedule (:func:`tecomp.pipeline.scheduled`).
 """
 
 from __future__ import annotations
@@ -56,23 +57,27 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> list[Tensor]:
     return outs
 
 
-def _prepare(outputs: Tensor | Sequence[Tensor]) -> list[Tensor]:
-    from .passes.pipeline import prepare
-
-    return prepare(_outputs(outputs))
-
-
 def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
-          name: str | None = None) -> Lowered:
-    """Lower ``outputs`` computed from ``inputs`` (placeholders and scalar ``tc.var`` s)."""
-    from .diagnostics import run_pass
-    from .passes.lower import lower_program
+          name: str | None = None, *, optimize: bool = True,
+          target: str | None = None) -> Lowered:
+    """Lower ``outputs`` computed from ``inputs`` (placeholders and scalar ``tc.var`` s).
 
-    prepared = _prepare(outputs)
-    return Lowered(*run_pass("lower", lower_program, prepared, inputs, name=name))
+    ``target=None`` gives the target-independent loop IR; ``target="llvm"`` or ``"cuda"``
+    the loop IR that target compiles (bounds checks added, then its schedule).
+    ``optimize=False`` lowers the outputs as written (no zero elimination); outputs of
+    ``tc.gradient(..., optimize=False)`` are kept as written in any case.
+    """
+    from . import pipeline
+
+    if target is not None:
+        pipeline.check_target(target)
+    func, constants = pipeline.lower(_outputs(outputs), inputs, name=name, optimize=optimize)
+    if target is not None:
+        func = pipeline.scheduled(func, target)
+    return Lowered(func, constants)
 
 
-def _default_inputs(outs: list[Tensor]) -> list[Any]:
+def default_inputs(outs: list[Tensor]) -> list[Any]:
     """All placeholders the outputs depend on, then the sizes no input shape determines."""
     order = topo_order(outs)
     tensors = [t for t in order if t.is_placeholder]
@@ -103,8 +108,8 @@ def cost(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any] | None = None
     ``optimize=False`` counts the program as written, without zero elimination (for
     comparing a naive gradient with its optimised form).
     """
-    from .passes.lower import lower as lower_pass
+    from . import pipeline
 
-    outs = _prepare(outputs) if optimize else _outputs(outputs)
-    ins = _default_inputs(outs) if inputs is None else inputs
-    return count_cost(lower_pass(outs, ins), sizes)
+    outs = pipeline.prepare(_outputs(outputs), optimize=optimize)
+    ins = default_inputs(outs) if inputs is None else inputs
+    return count_cost(pipeline.lower(outs, ins, optimize=False)[0], sizes)

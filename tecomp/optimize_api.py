@@ -14,8 +14,8 @@ def optimize(outputs: Tensor | Sequence[Tensor]) -> Tensor | list[Tensor]:
     dense product masked by a Kronecker-sparse support through ``where=`` conditions with
     ``//`` and ``%``, which becomes the compact sparse loop.
     """
-    from .passes.pipeline import optimize as _optimize
+    from .pipeline import optimize_tensors
 
     if isinstance(outputs, Tensor):
-        return _optimize([outputs])[0]
-    return _optimize(list(outputs))
+        return optimize_tensors([outputs])[0]
+    return optimize_tensors(list(outputs))

@@ -2,8 +2,8 @@
 
 :class:`CudaKernel` reuses the argument mapping and checks of
 :class:`tecomp.codegen.kernel.Kernel` (count, ndim, dtype, extents, size binding, ``out=``
-rules) and replaces the call: it schedules the lowered program into kernels
-(:mod:`.schedule`), renders CUDA C (:mod:`.render`), and at call time
+rules) and replaces the call: it takes a program the GPU schedule cut into kernels
+(:mod:`tecomp.passes.schedule.gpu`), renders CUDA C (:mod:`.render`), and at call time
 
 1. checks the arguments: NumPy arrays (copied to the device and back) or objects exposing
    ``__cuda_array_interface__`` (CuPy, PyTorch, Numba, :class:`~.runtime.DeviceArray`; used in
@@ -39,10 +39,11 @@ import numpy as np
 
 from tecomp import expr as E
 from tecomp.errors import ArgumentError, TecompError
+from tecomp.gpuir import GpuProgram
 from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.tensor import Tensor
 
-from ..kernel import Kernel, _array, _bind, _resolve, _scalar
+from ..kernel import Kernel, bind_extents, check_array, check_scalar, resolve_extents
 from .compile import DEFAULT_ARCH, CudaBinary, available_compilers, compile_cuda
 from .launch_plan import MAX_PLANS, LaunchPlan
 from .render import CudaRenderer
@@ -53,27 +54,28 @@ from .runtime import (
     empty_like_library,
     interface,
 )
-from .schedule import GpuProgram, schedule
 
 
 class CudaKernel(Kernel):
     """A program compiled for CUDA.  Attributes: ``source`` (CUDA C), ``ir`` (the lowered
-    function), ``program`` (its kernels and temporaries), ``compile_check`` (what compiling
-    at build time gave), ``binary`` (the cubin of that check, if any), ``target`` ("cuda").
+    function: ``ir`` if given, else the scheduled program's), ``program`` (its kernels and
+    temporaries), ``compile_check`` (what compiling at build time gave), ``binary`` (the
+    cubin of that check, if any), ``target`` ("cuda").
     """
 
-    def __init__(self, func: LoweredFunc, *, inputs: Sequence[Tensor | E.Var] | None = None,
+    def __init__(self, program: GpuProgram, *, inputs: Sequence[Tensor | E.Var] | None = None,
                  outputs: Sequence[Tensor] | None = None,
                  hidden: Mapping[Buffer, np.ndarray] | None = None,
-                 single: bool | None = None, check: bool = True, bounds: Any = None) -> None:
+                 single: bool | None = None, check: bool = True, bounds: Any = None,
+                 ir: LoweredFunc | None = None) -> None:
         # Kernel.__init__ wraps a CPU entry point; only its argument mapping is shared.
+        func = program.func if ir is None else ir
         self.ir = func
         self.name = func.name
         self.target = "cuda"
         # data-dependent index checks (tecomp.passes.bounds_check): last output is the record
         self._bounds = bounds
-        records = frozenset() if bounds is None else frozenset((bounds.error,))
-        self.program: GpuProgram = schedule(func, records=records)
+        self.program = program
         self._renderer = CudaRenderer(self.program)
         self.source: str = self._renderer.render()
         self._args = []
@@ -130,7 +132,7 @@ class CudaKernel(Kernel):
         scalars: list[tuple[E.Var, int, str]] = []
         for spec, x in zip(self._args, arrays):
             if not hasattr(spec, "buffer"):
-                scalars.append((spec.var, _scalar(spec, x), spec.label))
+                scalars.append((spec.var, check_scalar(spec, x), spec.label))
         ins: list[Any] = []
         views: list[tuple[int, tuple[int, ...], np.dtype] | None] = []
         shapes = []
@@ -144,7 +146,7 @@ class CudaKernel(Kernel):
                 protos.append(x)
                 shape = view[1]
             else:
-                x = _array(spec, x, pos)
+                x = check_array(spec, x, pos)
                 view = None
                 shape = x.shape
             ins.append(x)
@@ -173,10 +175,10 @@ class CudaKernel(Kernel):
             source[var] = label
         pending: list = []
         for (spec, _), shape in zip(self._bufs, shapes):
-            _bind(spec, shape, sizes, source, pending)
+            bind_extents(spec, shape, sizes, source, pending)
         for spec, a in zip(self._hidden_specs, self._hidden):
-            _bind(spec, a.shape, sizes, source, pending)
-        _resolve(pending, sizes, source)
+            bind_extents(spec, a.shape, sizes, source, pending)
+        resolve_extents(pending, sizes, source)
         for p in self.ir.params:
             if p not in sizes:
                 raise ArgumentError(
@@ -352,15 +354,15 @@ def _pick_device(views: list[Any]) -> Device:
     return dev
 
 
-def build_cuda(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
+def build_cuda(program: GpuProgram, *, inputs: Sequence[Any] | None = None,
                outputs: Sequence[Any] | None = None,
                hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
                check: bool = True, bounds: Any = None) -> CudaKernel:
-    """A :class:`CudaKernel` for ``func`` (the CUDA counterpart of
+    """A :class:`CudaKernel` for the scheduled ``program`` (the CUDA counterpart of
     :func:`tecomp.codegen.llvm.build_kernel`); ``check`` compiles the source at once;
     ``bounds`` describes the error record of :func:`tecomp.passes.bounds_check` (its last
     output), after which a call raises ``IndexBoundsError``."""
-    return CudaKernel(func, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
+    return CudaKernel(program, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
                       check=check, bounds=bounds)
 
 

@@ -31,13 +31,12 @@ import numpy as np
 
 from tecomp import expr as E
 from tecomp.errors import ArgumentError, CompileError
+from tecomp.gpuir import TILE_M, TILE_N, TILE_THREADS, GpuProgram, Stage
 from tecomp.loopir import Buffer
+from tecomp.stmt_functor import eval_int
 
-from ..kernel import eval_int
-from .blocks import TILE_M, TILE_N, TILE_THREADS
 from .render import BLOCK
 from .runtime import Device, DeviceArray
-from .schedule import GpuProgram, Stage
 
 MAX_PLANS = 8
 

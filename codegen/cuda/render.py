@@ -28,11 +28,11 @@ from __future__ import annotations
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import CompileError
+from tecomp.gpuir import GpuProgram, Private, Stage
 from tecomp.loopir import Buffer, For, IfThenElse, LetStmt, Stmt, Store
 
 from ..cstyle import CStyleRenderer, float_literal, int_literal
 from .render_blocks import BLOCK_NAMES, BlockRenderMixin, block_helpers
-from .schedule import GpuProgram, Private, Stage
 
 BLOCK = 256
 
@@ -245,11 +245,6 @@ class CudaRenderer(BlockRenderMixin, CStyleRenderer):
             "#ifndef TC_EXTENT_DEFINED\n#define TC_EXTENT_DEFINED\n"
             f"{q} long long tc_extent(long long lo, long long hi, long long step) {{\n"
             "    return hi > lo ? (hi - lo + step - 1) / step : 0;\n}\n#endif\n")
-
-
-def render_cuda(program: GpuProgram) -> str:
-    """The CUDA C source of a scheduled program."""
-    return CudaRenderer(program).render()
 
 
 _ATOMICS = r"""

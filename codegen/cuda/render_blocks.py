@@ -24,10 +24,8 @@ configuration of :mod:`.kernel` gives it that).
 from __future__ import annotations
 
 from tecomp import expr as E
+from tecomp.gpuir import TILE_K, TILE_M, TILE_N, TILE_THREADS, BlockReduce, Private, Stage, Tiling
 from tecomp.loopir import Buffer, For, Stmt, Store
-
-from .blocks import TILE_K, TILE_M, TILE_N, TILE_THREADS, BlockReduce, Tiling
-from .schedule import Private, Stage
 
 #: C names the block schedules use (reserved so that program names never collide with them)
 BLOCK_NAMES = ("tc_u", "tc_s", "tc_inner", "tc_part", "tc_red", "tc_sa", "tc_sb", "tc_c",

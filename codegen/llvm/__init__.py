@@ -6,9 +6,12 @@
 * :mod:`.parallel` / :mod:`.runtime` — ``"parallel"`` loops outlined and run on POSIX threads;
 * :mod:`.jit` — target machine, O3 pipeline with vectorisation, JIT.
 
-:func:`compile_function` is the entry point: it returns the compiled function of a
+:class:`LlvmTarget` is the :class:`~tecomp.codegen.target.Target` of this backend and
+:func:`compile_function` its compiler: it returns the compiled function of a
 :class:`~tecomp.loopir.LoweredFunc`, from the in-memory cache when the same program was
-compiled before, else from the persistent cache on disk (:mod:`tecomp.codegen.disk_cache`).
+compiled before, else from the persistent cache on disk (:mod:`tecomp.codegen.disk_cache`);
+only when neither has it does the program get scheduled (the CPU schedule the pipeline
+supplies) and compiled.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import numpy as np
 from ... import expr as E
 from ...errors import CompileError, TecompError
 from ...loopir import Buffer, LoweredFunc
-from ..cache import KERNELS, CompileCache, program_key
+from ..cache import KERNELS, CompileCache
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
+from ..target import Schedule, Target
 from .emit import emit_module, pooled_buffers, symbol_name
 from .jit import (
     LOCK,
@@ -36,27 +40,64 @@ from .jit import (
 
 _USE_DEFAULT: Any = object()
 
-__all__ = ["build_kernel", "compile_function", "emit_module", "compile_ir", "JitFunction",
-           "target_key", "symbol_name", "load_object", "disk_key", "code_version"]
+__all__ = ["LlvmTarget", "build_kernel", "compile_function", "emit_module", "compile_ir",
+           "JitFunction", "target_key", "symbol_name", "load_object", "disk_key", "code_version"]
+
+
+class LlvmTarget(Target):
+    """The host CPU through LLVM: ``schedule`` (from the pipeline: the CPU schedule) runs on
+    a program not found in the caches, before LLVM IR is emitted."""
+
+    name = "llvm"
+
+    def __init__(self, schedule: Schedule | None = None, *, speed_level: int = 3,
+                 threads: bool = True) -> None:
+        super().__init__(schedule)
+        self.speed_level = speed_level
+        self.threads = threads
+
+    def description(self) -> str:
+        return target_key()
+
+    def codegen_version(self) -> str:
+        return code_version()
+
+    def options(self) -> str:
+        return f"O{self.speed_level}-threads{int(self.threads)}"
+
+    def build(self, func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
+              outputs: Sequence[Any] | None = None,
+              hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
+              bounds: Any = None) -> Kernel:
+        entry = compile_function(func, threads=self.threads, speed_level=self.speed_level,
+                                 schedule=self.schedule)
+        return Kernel(func, entry, inputs=inputs, outputs=outputs, hidden=hidden,
+                      single=single, target="llvm", bounds=bounds)
 
 
 def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                      speed_level: int = 3, threads: bool = True,
-                     disk: DiskCache | None = _USE_DEFAULT) -> JitFunction:
+                     disk: DiskCache | None = _USE_DEFAULT,
+                     schedule: Schedule | None = None) -> JitFunction:
     """Compile ``func`` for the host CPU (stages: emit, verify, optimise, jit).
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
     takes the thread count as its last argument (``JitFunction.threads``).  The loop nest
-    is first scheduled for the CPU (:func:`~tecomp.passes.schedule.schedule_cpu`: register
-    blocking of contractions, then short parallel loops collapsed with their nested loops so
-    that every core gets work).  Failures raise
+    is first scheduled with ``schedule`` (the pipeline gives the CPU schedule,
+    :func:`~tecomp.passes.schedule.cpu.schedule_cpu`: register blocking of contractions, then
+    short parallel loops collapsed with their nested loops so that every core gets work;
+    None compiles ``func`` as given).  Failures raise
     :class:`~tecomp.errors.CompileError` naming the stage.  Compiled code is looked up in the
     in-memory ``cache``, then in the persistent ``disk`` cache (default:
-    :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs.
+    :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs, under
+    :meth:`LlvmTarget.key` of ``func``.
     """
-    options = f"llvm-O{speed_level}-threads{int(threads)}"
+    target = LlvmTarget(schedule, speed_level=speed_level, threads=threads)
     store = default_cache() if disk is _USE_DEFAULT else disk
-    memory_key = program_key(func, options, target_key())
+    memory_key = target.key(func, target.options())
+
+    def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
+        return target.schedule.run(func, threads=threads)
 
     def build() -> JitFunction:
         key = disk_key(memory_key) if store is not None else ""
@@ -102,12 +143,6 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     return cache.get_or_compile(memory_key, build)
 
 
-def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
-    from ...passes.schedule import schedule_cpu
-
-    return schedule_cpu(func, threads=threads)
-
-
 def _pooled_record(pooled: tuple[Buffer, ...]) -> str | None:
     """The pooled temporaries as a Python literal for the disk entry (so that a kernel loaded
     from disk is not scheduled again just to find them): name, dtype, scope and extents of
@@ -138,7 +173,7 @@ def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
                  outputs: Sequence[Any] | None = None,
                  hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
                  cache: CompileCache | None = KERNELS, threads: bool = True,
-                 bounds: Any = None) -> Kernel:
+                 bounds: Any = None, schedule: Schedule | None = None) -> Kernel:
     """Compile ``func`` and wrap it in a :class:`~tecomp.codegen.kernel.Kernel`.
 
     ``inputs``/``outputs`` name what the arguments and results stand for (tensors and
@@ -146,7 +181,8 @@ def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
     no buffer shape mentions.  ``hidden`` gives the data of input buffers past those of
     ``inputs`` (constant tensors).  ``bounds`` (a ``BoundsInfo`` of
     :mod:`tecomp.passes.bounds_check`) says that the last output buffer is its error record.
+    ``schedule`` as for :func:`compile_function`.
     """
-    entry = compile_function(func, cache=cache, threads=threads)
+    entry = compile_function(func, cache=cache, threads=threads, schedule=schedule)
     return Kernel(func, entry, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
                   target="llvm", bounds=bounds)

@@ -125,28 +125,14 @@ def disk_key(memory_key: str) -> str:
     return hashlib.sha256(f"{memory_key}|{versions}|{code_version()}".encode()).hexdigest()
 
 
-_code_version: list[str] = []
-
-
 def code_version() -> str:
-    """A digest of this backend's own source (and the loop-IR scheduling passes), so that a
-    changed code generator never reuses machine code an older one stored on disk."""
-    if not _code_version:
-        import hashlib
-        from pathlib import Path
+    """A digest of this backend's own source (:func:`~tecomp.codegen.target.source_digest`),
+    so that a changed code generator never reuses machine code an older one stored on disk.
+    The schedule's source is part of every kernel key (:meth:`~tecomp.codegen.target.Target.key`).
+    """
+    from ..target import package_folder, source_digest
 
-        here = Path(__file__).resolve().parent
-        passes = here.parent.parent / "passes"
-        files = sorted(here.glob("*.py")) + sorted(passes.glob("schedule*.py")) + [
-            passes / "loop_order.py", passes / "fuse_loops.py"]
-        h = hashlib.sha256()
-        for f in files:
-            try:
-                h.update(f.name.encode() + b"\0" + f.read_bytes())
-            except OSError:
-                h.update(f.name.encode() + b"\0missing")
-        _code_version.append(h.hexdigest()[:16])
-    return _code_version[0]
+    return source_digest(package_folder(__file__))
 
 
 @dataclass

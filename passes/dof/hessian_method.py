@@ -20,7 +20,7 @@ from tecomp.errors import TecompError
 from tecomp.tensor import Tensor
 
 from ..forward.context import Names, new_stage
-from ..forward.hessian import sample_hessian
+from ..forward.hessian import Gradient, sample_hessian
 from ..forward.propagate import materialize
 from .batch import batch_positions
 from .decompose import constant_stage
@@ -45,8 +45,9 @@ def _contract(h, a: np.ndarray, a_t: Tensor, batch: list[E.IterVar], names: Name
 
 
 def hessian_operator(output: Tensor, x: Tensor, a: np.ndarray, *, who: str = "diff_operator",
-                     name: str | None = None) -> Tensor:
-    """``sum_ij A_ij d2 output / dx[..., i] dx[..., j]`` through per-sample Hessians."""
+                     name: str | None = None, gradient: Gradient) -> Tensor:
+    """``sum_ij A_ij d2 output / dx[..., i] dx[..., j]`` through per-sample Hessians;
+    ``gradient(out, x)`` gives the reverse-mode gradient they start from."""
     name = name or f"hess_op_{output.name}"
     batch_positions(output, x, who)
     nb = x.ndim - 1
@@ -66,7 +67,7 @@ def hessian_operator(output: Tensor, x: Tensor, a: np.ndarray, *, who: str = "di
         om = output if not m else new_stage(
             f"{output.name}_{'_'.join(map(str, m))}", batch,
             E.TensorRead(output, idx, output.dtype))
-        h, _ = sample_hessian(om, x)
+        h, _ = sample_hessian(om, x, gradient=gradient)
         if h is None:
             continue
         part_name = f"{name}_part" if trailing else name

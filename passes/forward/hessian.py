@@ -20,7 +20,7 @@ mode's zero-safe product rule is written so that its derivative is right at zero
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tecomp import expr as E
 from tecomp.tensor import Tensor
@@ -28,11 +28,9 @@ from tecomp.tensor import Tensor
 from .context import ExprTangent, Names
 from .propagate import Tangent, forward_tangents, materialize
 
-
-def _gradient(output: Tensor, x: Tensor) -> Tensor:
-    from tecomp.autodiff_api import gradient
-
-    return gradient(output, [x])[0]
+#: ``gradient(output, x)``: the (optimised) reverse-mode gradient of ``output`` w.r.t. ``x``,
+#: supplied by the caller (the API), as passes do not run the pipeline themselves
+Gradient = Callable[[Tensor, Tensor], Tensor]
 
 
 def identity_seed(x: Tensor, names: Names) -> tuple[ExprTangent, tuple[E.IterVar, ...]]:
@@ -49,16 +47,18 @@ def identity_seed(x: Tensor, names: Names) -> tuple[ExprTangent, tuple[E.IterVar
     return ExprTangent(fn), dirs
 
 
-def full_hessian(output: Tensor, x: Tensor, name: str | None = None) -> Tensor:
+def full_hessian(output: Tensor, x: Tensor, name: str | None = None, *,
+                 gradient: Gradient) -> Tensor:
     """``H[i..., j...] = d2 output / dx[i...] dx[j...]`` for a scalar ``output``."""
-    grad = _gradient(output, x)
+    grad = gradient(output, x)
     names = Names([grad])
     seed, dirs = identity_seed(x, names)
     tans = forward_tangents([grad], {id(x): seed}, dirs=dirs, names=names, prefix="h")
     return materialize(tans.get(id(grad)), grad, dirs, name=name or f"hessian_{output.name}")
 
 
-def sample_hessian(output: Tensor, x: Tensor) -> tuple[Tangent | None, E.IterVar]:
+def sample_hessian(output: Tensor, x: Tensor, *,
+                   gradient: Gradient) -> tuple[Tangent | None, E.IterVar]:
     """Per-sample Hessians of ``output`` (one value per sample of ``x``'s leading axes).
 
     The seed is ``delta(n, d)`` over x's last axis, so the tangent of the gradient is
@@ -66,7 +66,7 @@ def sample_hessian(output: Tensor, x: Tensor) -> tuple[Tangent | None, E.IterVar
     independent.  Returns the tangent tensor (None when ``output`` is linear in ``x``) and
     its direction axis ``d``.
     """
-    grad = _gradient(output, x)
+    grad = gradient(output, x)
     names = Names([grad])
     dir_axis = names.axis("hd", x.shape[-1])
     nd = x.ndim

@@ -1,4 +1,4 @@
-"""Remembered bounds verdicts (tecomp.codegen.proof_cache): only "proven" is remembered."""
+"""Remembered bounds verdicts (tecomp.proof_cache): only "proven" is remembered."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import tecomp as tc
+from tecomp import proof_cache
 from tecomp.codegen import disk_cache as dc
-from tecomp.codegen import proof_cache
 from tecomp.passes import bounds_check
 
 

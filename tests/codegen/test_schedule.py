@@ -9,7 +9,7 @@ import pytest
 import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Store
-from tecomp.passes.schedule import fuse_parallel
+from tecomp.passes.schedule.cpu import fuse_parallel
 
 I64 = "int64"
 

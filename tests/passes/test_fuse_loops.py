@@ -1,4 +1,4 @@
-"""Fusion of consecutive parallel row loops (passes/fuse_loops.py): fused where every
+"""Fusion of consecutive parallel row loops (passes/schedule/cpu/fuse_loops.py): fused where every
 iteration touches only its own rows, kept apart otherwise, and compiled results equal to the
 evaluator's either way."""
 
@@ -9,8 +9,8 @@ import pytest
 
 import tecomp as tc
 from tecomp.loopir import Allocate, For, Seq
-from tecomp.passes.fuse_loops import fuse_row_loops
 from tecomp.passes.lower import lower
+from tecomp.passes.schedule.cpu.fuse_loops import fuse_row_loops
 
 
 def _top_loops(func):

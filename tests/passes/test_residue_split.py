@@ -3,7 +3,8 @@ for strides, dilations and paddings against the evaluator (loop interpreter and 
 split visible in the loop IR, symbolic sizes, and the cases that keep the loop-order form;
 with the passes that shape the same gradients: crop absorption (passes/absorb_crop.py),
 flattened strided weight sums (passes/flatten_sum.py), flattened rows of a strided forward
-(passes/flatten_rows.py) and the parallel collapsing of the split stage (passes/schedule.py)."""
+(passes/flatten_rows.py) and the parallel collapsing of the split stage
+(passes/schedule/cpu/schedule.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tecomp.functor import walk
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Store
 from tecomp.passes.loop_order import coefficient
 from tecomp.passes.residue_split import find_window
-from tecomp.passes.schedule import fuse_parallel, schedule_cpu
+from tecomp.passes.schedule.cpu import fuse_parallel, schedule_cpu
 
 I64 = "int64"
 

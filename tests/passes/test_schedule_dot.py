@@ -1,4 +1,4 @@
-"""Register blocking of plain-order reductions (passes/schedule_dot.py): structure,
+"""Register blocking of plain-order reductions (passes/schedule/cpu/dot.py): structure,
 bit-identical results in the loop-IR interpreter, compiled kernels against the evaluator."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import Allocate, For, Seq, Store
 from tecomp.passes.lower import lower_program
-from tecomp.passes.schedule import schedule_cpu
-from tecomp.passes.schedule_dot import block_dots
-from tecomp.passes.schedule_tile import block_rows
+from tecomp.passes.schedule.cpu import schedule_cpu
+from tecomp.passes.schedule.cpu.dot import block_dots
+from tecomp.passes.schedule.cpu.tile import block_rows
 
 
 def _stmts(s):

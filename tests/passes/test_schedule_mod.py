@@ -1,5 +1,5 @@
 """Strip-mining of innermost loops by the divisor of their ``//``/``%`` indices
-(passes/schedule_mod.py): applied where one constant divides every such index and the trip
+(passes/schedule/cpu/mod.py): applied where one constant divides every such index and the trip
 count, results equal to the evaluator's."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import tecomp as tc
 from tecomp.loopir import For, LetStmt, Seq
 from tecomp.passes.lower import lower
-from tecomp.passes.schedule_mod import split_mod_loops
+from tecomp.passes.schedule.cpu.mod import split_mod_loops
 
 
 def _loops(s):

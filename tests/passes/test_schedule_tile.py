@@ -1,4 +1,4 @@
-"""Register/cache blocking of "i, k, j" sums (passes/schedule_tile.py): structure, bit-identical
+"""Register/cache blocking of "i, k, j" sums (passes/schedule/cpu/tile.py): structure, bit-identical
 results in the loop-IR interpreter, and compiled kernels against the reference evaluator."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import For, Seq, Store
 from tecomp.passes.lower import lower_program
-from tecomp.passes.schedule import schedule_cpu
-from tecomp.passes.schedule_tile import block_rows
+from tecomp.passes.schedule.cpu import schedule_cpu
+from tecomp.passes.schedule.cpu.tile import block_rows
 
 
 def _matmul(n, k, m, dtype="float32"):

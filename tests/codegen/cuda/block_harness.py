@@ -11,6 +11,7 @@ import numpy as np
 
 import tecomp as tc
 from tecomp.codegen.cuda.kernel import CudaKernel
+from tecomp.passes.schedule.gpu import schedule_gpu
 
 
 @dataclass
@@ -25,8 +26,8 @@ class Prog:
 
 def build(p: Prog) -> CudaKernel:
     low = tc.lower(p.outputs, p.inputs, name=p.name)
-    return CudaKernel(low.func, inputs=p.inputs, outputs=p.outputs, hidden=low.constants,
-                      check=False)
+    return CudaKernel(schedule_gpu(low.func), inputs=p.inputs, outputs=p.outputs,
+                      hidden=low.constants, check=False)
 
 
 def kinds(kernel: CudaKernel) -> list[str]:

@@ -22,8 +22,8 @@ from cuda_emulator import (
 )
 
 import tecomp as tc
-from tecomp.codegen.cuda import blocks
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
+from tecomp.passes.schedule.gpu import blocks
 
 
 def _with_nans(a: np.ndarray) -> np.ndarray:

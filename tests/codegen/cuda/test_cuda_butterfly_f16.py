@@ -36,6 +36,7 @@ from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
 from tecomp.ops.butterfly_factors import apply_kron_sparse, real_butterfly
 from tecomp.ops.butterfly_fuse import auto_grouping, fuse_chain
+from tecomp.passes.schedule.gpu import schedule_gpu
 
 U16 = 2.0 ** -11  # float16 unit roundoff
 SIZES = {256: 16, 1024: 64}  # n -> batch
@@ -45,7 +46,8 @@ def _kernel(n: int, batch: int) -> tuple[CudaKernel, tc.Tensor, tc.Tensor, int]:
     X = tc.placeholder((n, batch), name="X", dtype="float16")
     Y = tc.ops.dct(X, "dct2", name=f"dct{n}_f16")
     low = tc.lower([Y], [X], name=f"dct{n}_f16")
-    kernel = CudaKernel(low.func, inputs=[X], outputs=[Y], hidden=low.constants, check=False)
+    kernel = CudaKernel(schedule_gpu(low.func), inputs=[X], outputs=[Y], hidden=low.constants,
+                        check=False)
     return kernel, X, Y, len(low.constants)
 
 

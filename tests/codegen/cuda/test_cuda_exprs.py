@@ -18,6 +18,7 @@ from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
+from tecomp.passes.schedule.gpu import schedule_gpu
 
 N = 61
 n = tc.var("n")
@@ -143,7 +144,7 @@ def _program():
             return fn({k: p[i] for k, p in PH.items()})
         outs.append(tc.compute((n,), body, name=name))
     func = lower_elementwise("exprs", outs, list(PH.values()))
-    return outs, CudaKernel(func, check=False)
+    return outs, CudaKernel(schedule_gpu(func), check=False)
 
 
 OUTS, KERNEL = _program()

@@ -17,6 +17,7 @@ from cuda_emulator import EmulatedDevice, compile_emulated, emulated_fixture
 import tecomp as tc
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
+from tecomp.passes.schedule.gpu import schedule_gpu
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -35,7 +36,7 @@ CASES = {c.name: c for c in BENCH.suite(small=True)}
 
 def _kernel(case):
     low = tc.lower(case.outputs, case.inputs, name=case.name)
-    return CudaKernel(low.func, inputs=case.inputs, outputs=case.outputs,
+    return CudaKernel(schedule_gpu(low.func), inputs=case.inputs, outputs=case.outputs,
                       hidden=low.constants, check=False)
 
 

@@ -22,13 +22,14 @@ from tecomp.codegen.cuda.compile import (
 from tecomp.codegen.cuda.kernel import CudaKernel
 from tecomp.codegen.cuda.runtime import CudaDevice, DeviceArray
 from tecomp.errors import ArgumentError, CompileError, TecompError
+from tecomp.passes.schedule.gpu import schedule_gpu
 
 n = tc.var("n")
 X = tc.placeholder((n, 3), name="X")
 Y = tc.placeholder((3,), name="Y")
 Z = tc.compute((n, 3), lambda i, j: X[i, j] * Y[j] + 1, name="Z")
 Q = tc.compute((n,), lambda i: tc.cast(X[i, 0] > 0, "int32"), name="Q")
-KERNEL = CudaKernel(lower_elementwise("rt", [Z, Q], [X, Y]), check=False)
+KERNEL = CudaKernel(schedule_gpu(lower_elementwise("rt", [Z, Q], [X, Y])), check=False)
 
 
 def _args(rows=11, seed=0):
@@ -215,7 +216,7 @@ def test_nvrtc_compiles_to_a_cubin():
 
 
 def test_build_records_the_compile_check():
-    kern = CudaKernel(KERNEL.ir)
+    kern = CudaKernel(schedule_gpu(KERNEL.ir))
     if available_compilers():
         assert kern.compile_check.startswith("ok: ") and kern.binary.image[:4] == b"\x7fELF"
     else:

@@ -11,7 +11,6 @@ from cuda_emulator import EmulatedDevice, emulated_fixture
 from tecomp import expr as E
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
-from tecomp.codegen.cuda.schedule import schedule
 from tecomp.errors import CompileError
 from tecomp.loopir import (
     Allocate,
@@ -24,6 +23,8 @@ from tecomp.loopir import (
     Seq,
     Store,
 )
+from tecomp.passes.schedule.gpu import schedule_gpu
+from tecomp.passes.schedule.gpu.schedule import schedule
 
 n, m = E.Var("n"), E.Var("m")
 i, j, k, t = E.Var("i"), E.Var("j"), E.Var("k"), E.Var("t")
@@ -217,7 +218,7 @@ program("half_types", LoweredFunc("half_types", (H,), (HO, BO), (n,), Seq((
                (h.astype(np.float32) * 3)))
 
 
-KERNELS = {name: CudaKernel(f, check=False) for name, (f, _, _) in PROGRAMS.items()}
+KERNELS = {name: CudaKernel(schedule_gpu(f), check=False) for name, (f, _, _) in PROGRAMS.items()}
 SEED = 2024
 
 
@@ -350,7 +351,7 @@ def test_symbolic_temp_inside_a_kernel_is_an_error():
     f = LoweredFunc("bad", (Y,), (R,), (n,), For(i, c(0), n, Allocate(tb, Seq((
         Store(tb, (c(0),), ld(Y, i)), Store(R, (i,), ld(tb, c(0)))))), kind="parallel"))
     with pytest.raises(CompileError, match="scratch.*constant shape"):
-        CudaKernel(f, check=False)
+        CudaKernel(schedule_gpu(f), check=False)
 
 
 def test_let_reading_a_buffer_written_in_its_scope_is_an_error():
@@ -359,7 +360,7 @@ def test_let_reading_a_buffer_written_in_its_scope_is_an_error():
     f = LoweredFunc("badlet", (Y,), (R,), (n,), Allocate(tb, LetStmt(v, ld(tb, c(0)), Seq((
         Store(tb, (c(0),), f32(1)), For(i, c(0), n, Store(R, (i,), v), kind="parallel"))))))
     with pytest.raises(CompileError, match="value of v reads buffer 'tb'"):
-        CudaKernel(f, check=False)
+        CudaKernel(schedule_gpu(f), check=False)
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not available")

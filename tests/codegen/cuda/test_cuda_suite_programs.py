@@ -29,6 +29,7 @@ import tecomp as tc
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
 from tecomp.ops.butterfly_factors import monarch_patterns, square_dyadic_patterns
+from tecomp.passes.schedule.gpu import schedule_gpu
 
 TESTS = Path(__file__).resolve().parents[2]
 F64 = "float64"
@@ -197,8 +198,8 @@ def butterfly_programs() -> list[Program]:
 
 def _kernel(p: Program) -> CudaKernel:
     low = tc.lower(p.outputs, p.inputs, name=p.name)
-    return CudaKernel(low.func, inputs=p.inputs, outputs=p.outputs, hidden=low.constants,
-                      check=False)
+    return CudaKernel(schedule_gpu(low.func), inputs=p.inputs, outputs=p.outputs,
+                      hidden=low.constants, check=False)
 
 
 PROGRAMS = {p.name: p for p in (autodiff_programs() + forward_programs() + dof_programs()

@@ -12,8 +12,9 @@ from block_harness import Prog, assert_matches, build, f32, kinds
 from cuda_emulator import EmulatedDevice, emulated_fixture
 
 import tecomp as tc
-from tecomp.codegen.cuda import blocks
+from tecomp import gpuir
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
+from tecomp.passes.schedule.gpu import blocks
 
 PROGS: dict[str, Prog] = {}
 
@@ -127,8 +128,8 @@ def test_schedules():
 
 def test_source_stages_tiles_in_shared_memory():
     src = KERNELS["matmul_ragged"].source
-    assert f"__shared__ float tc_sa[{blocks.TILE_M}][{blocks.TILE_K + 1}];" in src
-    assert f"__shared__ float tc_sb[{blocks.TILE_K}][{blocks.TILE_N}];" in src
+    assert f"__shared__ float tc_sa[{gpuir.TILE_M}][{gpuir.TILE_K + 1}];" in src
+    assert f"__shared__ float tc_sb[{gpuir.TILE_K}][{gpuir.TILE_N}];" in src
     assert src.count("__syncthreads();") == 2
     assert "tc_c[1][1] += tc_sa[tc_ty + 16][tc_q] * tc_sb[tc_q][tc_tx + 16];" in src
     assert "if (tc_ii < tc_ni && tc_jj < tc_nj) {" in src  # boundary tiles guarded
@@ -146,7 +147,7 @@ def test_matches_the_evaluator(emulated, name):
     for (kname, grid, block), st in zip(dev.launches, kernel.program.stages):
         assert kname == st.name
         if st.tiling is not None:
-            assert block == blocks.TILE_THREADS and grid <= 3
+            assert block == gpuir.TILE_THREADS and grid <= 3
 
 
 def test_many_tiles_per_block(emulated):
@@ -157,7 +158,7 @@ def test_many_tiles_per_block(emulated):
     args = [f32(r, 71, 40), f32(r, 40, 37)]
     dev = EmulatedDevice(max_blocks=1)
     assert_matches(p, args, kernel.launch(args, device=dev))
-    assert dev.launches[0][1:] == (1, blocks.TILE_THREADS)
+    assert dev.launches[0][1:] == (1, gpuir.TILE_THREADS)
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not available")

@@ -55,25 +55,23 @@ from tecomp.loopir import (
     Buffer,
     BufferLoad,
     For,
-    IfThenElse,
-    LetStmt,
     LoweredFunc,
     Seq,
     Stmt,
     Store,
 )
-
-from .schedule_tile import (
-    _extent,
-    _map_loops,
-    _nodes,
-    _plus,
-    _rebuild,
-    _seq,
-    _split_end,
-    _subst,
-    _vars,
+from tecomp.stmt_functor import (
+    bound_names,
+    expr_vars,
+    map_loops,
+    rebuild_expr,
+    subst,
+    subst_expr,
+    walk_expr,
+    walk_stmt,
 )
+
+from .tile import const_extent, plus, seq, split_end
 
 
 def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
@@ -95,12 +93,12 @@ def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
         if m is None:
             return None
         inner = m[3][-1]
-        ext = _extent(inner.lo, inner.hi)
+        ext = const_extent(inner.lo, inner.hi)
         if ext is not None and ext < min_inner:
             return None
         return _block(loop, m, rows, cols, names, fold)
 
-    body = _map_loops(func.body, rewrite)
+    body = map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
 
 
@@ -133,15 +131,15 @@ def _match(loop: For):
     kvars = {x.var for x in ks}
     if i not in fin.indices or k not in fin.indices:
         return None
-    if any(_vars(e) & kvars for e in fin.indices):
+    if any(expr_vars(e) & kvars for e in fin.indices):
         return None
     for x in ks:
-        if _vars(x.lo) & {i, k} or _vars(x.hi) & {i, k}:
+        if expr_vars(x.lo) & {i, k} or expr_vars(x.hi) & {i, k}:
             return None
-    if _vars(col.lo) & {i} or _vars(col.hi) & {i}:
+    if expr_vars(col.lo) & {i} or expr_vars(col.hi) & {i}:
         return None
     for e in (upd.value, fin.value):
-        if any(isinstance(x, BufferLoad) and x.buffer == fin.buffer for x in _nodes(e)):
+        if any(isinstance(x, BufferLoad) and x.buffer == fin.buffer for x in walk_expr(e)):
             return None
     return col, acc, init, ks, upd, fin
 
@@ -150,7 +148,7 @@ def _block(loop: For, m: tuple, rows: int, cols: int, names: set[str],
            fold: int = 8) -> Stmt | None:
     col, acc, init, ks, upd, fin = m
     i, k = loop.var, col.var
-    iext, kext = _extent(loop.lo, loop.hi), _extent(col.lo, col.hi)
+    iext, kext = const_extent(loop.lo, loop.hi), const_extent(col.lo, col.hi)
     r_n = rows if iext is None else max(1, min(rows, iext))
     u_n = cols if kext is None else max(1, min(cols, kext))
     if r_n * u_n == 1:
@@ -163,28 +161,28 @@ def _block(loop: For, m: tuple, rows: int, cols: int, names: set[str],
             accs[r, u] = b
     inits, sums, outs = [], [], []
     for (r, u), b in accs.items():
-        sub = {i: _plus(i, r), k: _plus(k, u)}
+        sub = {i: plus(i, r), k: plus(k, u)}
         load = {acc: BufferLoad(b, (), b.dtype)}
         inits.append(Store(b, (), init.value))
-        sums.append(Store(b, (), _subst(upd.value, sub), upd.reduce))
-        outs.append(Store(fin.buffer, tuple(_subst(e, sub) for e in fin.indices),
-                          _swap_acc(_subst(fin.value, sub), load)))
+        sums.append(Store(b, (), subst_expr(upd.value, sub), upd.reduce))
+        outs.append(Store(fin.buffer, tuple(subst_expr(e, sub) for e in fin.indices),
+                          _swap_acc(subst_expr(fin.value, sub), load)))
     ks, sums = _fold_outer(ks, sums, fold)
-    body: Stmt = _seq(sums)
+    body: Stmt = seq(sums)
     for x in reversed(ks):
         body = replace(x, body=body)
     tile: Stmt = Seq((*inits, body, *outs))
     for b in reversed(list(accs.values())):
         tile = Allocate(b, tile)
-    kmain = _split_end(col.lo, col.hi, u_n)
+    kmain = split_end(col.lo, col.hi, u_n)
     parts: list[Stmt] = [For(k, col.lo, kmain, tile, step=u_n)]
     if not (kext is not None and kext % u_n == 0):
         last = replace(col, lo=kmain)
-        parts += [_subst_stmt(last, {i: _plus(i, r)} if r else {}) for r in range(r_n)]
+        parts += [subst(last, {i: plus(i, r)} if r else {}) for r in range(r_n)]
     if r_n == 1:
-        return replace(loop, body=_seq(parts))
-    imain = _split_end(loop.lo, loop.hi, r_n)
-    main = For(i, loop.lo, imain, _seq(parts), step=r_n, kind=loop.kind)
+        return replace(loop, body=seq(parts))
+    imain = split_end(loop.lo, loop.hi, r_n)
+    main = For(i, loop.lo, imain, seq(parts), step=r_n, kind=loop.kind)
     if iext is not None and iext % r_n == 0:
         return main
     return Seq((main, replace(loop, lo=imain)))
@@ -199,8 +197,8 @@ def _fold_outer(ks: list[For], sums: list[Store], fold: int) -> tuple[list[For],
     if len(ks) < 2 or any(st.reduce != "sum" for st in sums):
         return ks, sums
     c, inner = ks[-2], ks[-1]
-    ext = _extent(c.lo, c.hi)
-    if ext is None or c.step != 1 or c.var in _vars(inner.lo) | _vars(inner.hi):
+    ext = const_extent(c.lo, c.hi)
+    if ext is None or c.step != 1 or c.var in expr_vars(inner.lo) | expr_vars(inner.hi):
         return ks, sums
     f = next((x for x in (fold, 4, 2) if 1 < x <= fold and ext % x == 0 and ext > x), None)
     if f is None:
@@ -209,7 +207,7 @@ def _fold_outer(ks: list[For], sums: list[Store], fold: int) -> tuple[list[For],
     for st in sums:
         v: E.Expr = st.value
         for n in range(1, f):
-            v = E.add(v, _subst(st.value, {c.var: _plus(c.var, n)}))
+            v = E.add(v, subst_expr(st.value, {c.var: plus(c.var, n)}))
         out.append(Store(st.buffer, st.indices, v, st.reduce))
     return ks[:-2] + [replace(c, step=f), inner], out
 
@@ -223,46 +221,10 @@ def _swap_acc(e: E.Expr, load: dict[Buffer, E.Expr]) -> E.Expr:
     if not cs:
         return e
     kids = tuple(_swap_acc(x, load) for x in cs)
-    return e if all(a is b for a, b in zip(kids, cs)) else _rebuild(e, kids)
-
-
-def _subst_stmt(s: Stmt, mapping: dict[E.Var, E.Expr]) -> Stmt:
-    if not mapping:
-        return s
-    f = _subst_stmt
-    if isinstance(s, For):
-        return replace(s, lo=_subst(s.lo, mapping), hi=_subst(s.hi, mapping),
-                       body=f(s.body, mapping))
-    if isinstance(s, Seq):
-        return Seq(tuple(f(x, mapping) for x in s.stmts))
-    if isinstance(s, Store):
-        return replace(s, indices=tuple(_subst(x, mapping) for x in s.indices),
-                       value=_subst(s.value, mapping))
-    if isinstance(s, Allocate):
-        return replace(s, body=f(s.body, mapping))
-    if isinstance(s, LetStmt):
-        return replace(s, value=_subst(s.value, mapping), body=f(s.body, mapping))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(_subst(s.cond, mapping), f(s.then, mapping),
-                          None if s.else_ is None else f(s.else_, mapping))
-    raise TypeError(f"block_dots: unknown statement {type(s).__name__}")
+    return e if all(a is b for a, b in zip(kids, cs)) else rebuild_expr(e, kids)
 
 
 def _names(func: LoweredFunc) -> set[str]:
     out = {p.name for p in func.params} | {b.name for b in func.inputs + func.outputs}
-    stack: list = [func.body]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (For, LetStmt)):
-            out.add(x.var.name)
-        if isinstance(x, Allocate):
-            out.add(x.buffer.name)
-        if isinstance(x, Seq):
-            stack.extend(x.stmts)
-        elif isinstance(x, (For, LetStmt, Allocate)):
-            stack.append(x.body)
-        elif isinstance(x, IfThenElse):
-            stack.append(x.then)
-            if x.else_ is not None:
-                stack.append(x.else_)
-    return out
+    return out | bound_names(func.body) | {
+        x.buffer.name for x in walk_stmt(func.body) if isinstance(x, Allocate)}

@@ -44,11 +44,11 @@ thread 0 ends with one ``atomicAdd(&loss[0], total)``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from tecomp import expr as E
 from tecomp.errors import CompileError
+from tecomp.gpuir import GpuProgram, Private, Stage
 from tecomp.loopir import (
     Allocate,
     Buffer,
@@ -61,56 +61,15 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
+from tecomp.stmt_functor import stmt_exprs, walk_expr, walk_stmt
 
-from ..cstyle import stmt_exprs, walk_expr, walk_stmt
-from .blocks import BlockReduce, Tiling, choose, match_block_reduce, match_tiling
+from .blocks import choose, match_block_reduce, match_tiling
 from .reorder import restore_sum_order
 
 ATOMIC_DTYPES = {"sum": ("float16", "bfloat16", "float32", "float64", "int32", "int64"),
                  "prod": ("float32", "float64", "int32", "int64"),
                  "max": ("float32", "float64", "int32", "int64"),
                  "min": ("float32", "float64", "int32", "int64")}
-
-
-@dataclass(frozen=True)
-class Private:
-    """A thread-private accumulator standing for ``buffer[indices] <reduce>= ...``."""
-
-    buffer: Buffer
-    indices: tuple[E.Expr, ...]
-    reduce: str
-    name: str
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One kernel: ``stmt`` (with its wrappers), the loops mapped onto the grid, and how its
-    stores are carried out."""
-
-    name: str
-    stmt: Stmt
-    lets: tuple[tuple[E.Var, E.Expr], ...]
-    mapped: tuple[For, ...]
-    atomic: frozenset[Store]
-    private: tuple[Private, ...]
-    buffers: tuple[Buffer, ...]
-    written: frozenset[Buffer]
-    block_reduce: BlockReduce | None = None  # one block per output (:mod:`.blocks`)
-    tiling: Tiling | None = None  # shared-memory tiles of a contraction (:mod:`.blocks`)
-
-    @property
-    def serial(self) -> bool:
-        return not self.mapped
-
-
-@dataclass(frozen=True)
-class GpuProgram:
-    """A lowered function cut into kernels."""
-
-    func: LoweredFunc
-    stages: tuple[Stage, ...]
-    temps: tuple[Buffer, ...]
-    notes: tuple[str, ...] = field(default=())
 
 
 def schedule(func: LoweredFunc, *, records: frozenset[Buffer] = frozenset()) -> GpuProgram:

@@ -1,8 +1,8 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
 :func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
-(:mod:`.schedule_tile`, :mod:`.schedule_dot`), strip-mining by index divisors
-(:mod:`.schedule_mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
+(:mod:`.tile`, :mod:`.dot`), strip-mining by index divisors
+(:mod:`.mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
 :func:`fuse_parallel`, described here.
 
 Lowering marks the outermost data loop of each stage ``"parallel"``.  When that loop is short
@@ -24,7 +24,7 @@ variable at a position where every store to that buffer has it too (it reads the
 the buffer that only its own iteration writes: a row of phases read back by
 :mod:`.residue_split`).  Then distinct ``(outer, inner)`` pairs write distinct elements and
 read only what they write themselves, so the fused iterations are independent.  A nested
-loop with a step ``R > 1`` (rows blocked by :mod:`.schedule_tile`) joins under the same
+loop with a step ``R > 1`` (rows blocked by :mod:`.tile`) joins under the same
 condition with ``v + c`` (``0 <= c < R``) in place of the bare variable: its iterations own
 disjoint blocks of ``R`` slices.  Scatter loops are never parallel and are left alone.
 
@@ -50,13 +50,14 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
+from tecomp.stmt_functor import bound_names
 
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
-    (:func:`.schedule_tile.block_rows`) and of plain-order reductions
-    (:func:`.schedule_dot.block_dots`), strip-mining of innermost loops by their index
-    divisor (:func:`.schedule_mod.split_mod_loops`), fusion of consecutive parallel row loops
+    (:func:`.tile.block_rows`) and of plain-order reductions
+    (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
+    divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
     (:func:`.fuse_loops.fuse_row_loops`), then, with ``threads``, :func:`fuse_parallel`.
 
     Each keeps the program's meaning (see their docstrings); the LLVM backend compiles the
@@ -65,10 +66,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     R``) where lowering put the bare ``v``; iterations still write disjoint elements.  It is
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
+    from .dot import block_dots
     from .fuse_loops import fuse_row_loops
-    from .schedule_dot import block_dots
-    from .schedule_mod import split_mod_loops
-    from .schedule_tile import block_rows
+    from .mod import split_mod_loops
+    from .tile import block_rows
 
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     return fuse_parallel(func) if threads else func
@@ -76,7 +77,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
 
 def fuse_parallel(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     """Collapse short top-level parallel loops with their nested data loops (see above)."""
-    names = _names(func.body) | {p.name for p in func.params}
+    names = bound_names(func.body) | {p.name for p in func.params}
     body = _top(func.body, min_trips, names)
     return func if body is func.body else replace(func, body=body)
 
@@ -97,7 +98,7 @@ def _const(e: E.Expr) -> int | None:
     return int(e.value) if isinstance(e, E.Const) else None
 
 
-def _trips(s: For) -> int | None:
+def trip_count(s: For) -> int | None:
     lo, hi = _const(s.lo), _const(s.hi)
     if lo is None or hi is None:
         return None
@@ -106,16 +107,16 @@ def _trips(s: For) -> int | None:
 
 def _fuse(loop: For, min_trips: int, names: set[str]) -> Stmt:
     chain = [loop]
-    total = _trips(loop)
+    total = trip_count(loop)
     if total is None or loop.step != 1:
         return loop
     while total < min_trips:
         inner = chain[-1].body
-        if not (isinstance(inner, For) and _trips(inner) is not None
+        if not (isinstance(inner, For) and trip_count(inner) is not None
                 and _const(inner.lo) == 0 and _independent(inner)):
             break
         chain.append(inner)
-        total *= _trips(inner)
+        total *= trip_count(inner)
     if len(chain) == 1:
         return loop
     if _const(loop.lo) != 0:
@@ -125,7 +126,7 @@ def _fuse(loop: For, min_trips: int, names: set[str]) -> Stmt:
     body = chain[-1].body
     stride = 1
     for s in reversed(chain):
-        n = _trips(s)
+        n = trip_count(s)
         idx: E.Expr = fused if stride == 1 else E.FloorDiv(fused, E.Const(stride, "int64"),
                                                             "int64")
         if s is not chain[0]:
@@ -148,7 +149,7 @@ def _independent(loop: For) -> bool:
     stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
     loads: list[BufferLoad] = []
     local: set[Buffer] = set()
-    _collect(loop.body, stores, loads, local)
+    collect_accesses(loop.body, stores, loads, local)
     if loop.step != 1:  # a blocked loop: each iteration owns the slices [v, v + step)
         return all(buf in local or _own_slice(loop.var, idxs, idxs[0], loop.step)
                    for buf, idxs in stores.items()) and all(
@@ -183,25 +184,25 @@ def _offset(e: E.Expr, v: E.Var, step: int) -> bool:
             and not isinstance(e.b.value, (bool, float)) and 0 <= e.b.value < step)
 
 
-def _collect(s: Stmt, stores: dict, loads: list, local: set) -> None:
+def collect_accesses(s: Stmt, stores: dict, loads: list, local: set) -> None:
     if isinstance(s, Seq):
         for x in s.stmts:
-            _collect(x, stores, loads, local)
+            collect_accesses(x, stores, loads, local)
     elif isinstance(s, For):
         _loads(s.lo, loads)
         _loads(s.hi, loads)
-        _collect(s.body, stores, loads, local)
+        collect_accesses(s.body, stores, loads, local)
     elif isinstance(s, Allocate):
         local.add(s.buffer)
-        _collect(s.body, stores, loads, local)
+        collect_accesses(s.body, stores, loads, local)
     elif isinstance(s, IfThenElse):
         _loads(s.cond, loads)
-        _collect(s.then, stores, loads, local)
+        collect_accesses(s.then, stores, loads, local)
         if s.else_ is not None:
-            _collect(s.else_, stores, loads, local)
+            collect_accesses(s.else_, stores, loads, local)
     elif isinstance(s, LetStmt):
         _loads(s.value, loads)
-        _collect(s.body, stores, loads, local)
+        collect_accesses(s.body, stores, loads, local)
     elif isinstance(s, Store):
         stores.setdefault(s.buffer, []).append(s.indices)
         for i in s.indices:
@@ -224,21 +225,3 @@ def _loads(e: E.Expr, out: list) -> None:
             stack.extend(x.indices)
         else:
             stack.extend(children(x))
-
-
-def _names(s: Stmt) -> set[str]:
-    out: set[str] = set()
-    stack: list = [s]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (For, LetStmt)):
-            out.add(x.var.name)
-        if isinstance(x, Seq):
-            stack.extend(x.stmts)
-        elif isinstance(x, (For, LetStmt, Allocate)):
-            stack.append(x.body)
-        elif isinstance(x, IfThenElse):
-            stack.append(x.then)
-            if x.else_ is not None:
-                stack.append(x.else_)
-    return out

@@ -55,8 +55,7 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
-
-from ..cstyle import walk_expr, walk_stmt
+from tecomp.stmt_functor import walk_expr, walk_stmt
 
 
 def restore_sum_order(func: LoweredFunc) -> LoweredFunc:

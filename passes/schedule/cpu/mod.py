@@ -23,17 +23,17 @@ from dataclasses import replace
 
 from tecomp import expr as E
 from tecomp.functor import fresh_name
-from tecomp.loopir import For, LetStmt, LoweredFunc, Seq, Stmt
+from tecomp.loopir import Allocate, For, LetStmt, LoweredFunc, Seq, Stmt
+from tecomp.stmt_functor import bound_names, map_loops, stmt_exprs, walk_expr, walk_stmt
 
-from .schedule import _names, _trips
-from .schedule_tile import _map_loops, _nodes
+from .schedule import trip_count
 
 MAX_DIVISOR = 4
 
 
 def split_mod_loops(func: LoweredFunc) -> LoweredFunc:
     """``func`` with innermost loops strip-mined by their index divisor (see above)."""
-    names = _names(func.body) | {p.name for p in func.params}
+    names = bound_names(func.body) | {p.name for p in func.params}
 
     def rewrite(loop: For) -> Stmt | None:
         if _has_loop(loop.body):
@@ -49,23 +49,15 @@ def split_mod_loops(func: LoweredFunc) -> LoweredFunc:
             if r:
                 v = E.Add(v, E.Const(r, q.dtype), q.dtype)
             copies.append(LetStmt(loop.var, v, loop.body))
-        hi = E.Const(_trips(loop) // c, q.dtype)
+        hi = E.Const(trip_count(loop) // c, q.dtype)
         return replace(loop, var=q, lo=E.Const(0, q.dtype), hi=hi, body=Seq(tuple(copies)))
 
-    body = _map_loops(func.body, rewrite)
+    body = map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
 
 
 def _has_loop(s: Stmt) -> bool:
-    if isinstance(s, For):
-        return True
-    if isinstance(s, Seq):
-        return any(_has_loop(x) for x in s.stmts)
-    for name in ("body", "then", "else_"):
-        x = getattr(s, name, None)
-        if isinstance(x, Stmt) and _has_loop(x):
-            return True
-    return False
+    return any(isinstance(x, For) for x in walk_stmt(s))
 
 
 def _divisor(loop: For) -> int | None:
@@ -74,12 +66,12 @@ def _divisor(loop: For) -> int | None:
     if loop.kind != "serial" or loop.step != 1 or not (
             isinstance(loop.lo, E.Const) and loop.lo.value == 0):
         return None
-    n = _trips(loop)
+    n = trip_count(loop)
     if n is None:
         return None
     found: set[int] = set()
     for e in _stmt_exprs(loop.body):
-        for x in _nodes(e):
+        for x in walk_expr(e):
             if isinstance(x, (E.FloorDiv, E.Mod)) and loop.var in _free(x.a):
                 if not isinstance(x.b, E.Const) or isinstance(x.b.value, (bool, float)):
                     return None
@@ -91,25 +83,9 @@ def _divisor(loop: For) -> int | None:
 
 
 def _free(e: E.Expr) -> set[E.Var]:
-    return {x for x in _nodes(e) if isinstance(x, E.Var)}
+    return {x for x in walk_expr(e) if isinstance(x, E.Var)}
 
 
 def _stmt_exprs(s: Stmt) -> list[E.Expr]:
     """The expressions of a loop-free statement (values, indices, conditions, let values)."""
-    out: list[E.Expr] = []
-    stack = [s]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Seq):
-            stack.extend(x.stmts)
-            continue
-        for name in ("value", "cond", "lo", "hi"):
-            v = getattr(x, name, None)
-            if isinstance(v, E.Expr):
-                out.append(v)
-        out.extend(getattr(x, "indices", ()))
-        for name in ("body", "then", "else_"):
-            v = getattr(x, name, None)
-            if isinstance(v, Stmt):
-                stack.append(v)
-    return out
+    return [e for x in walk_stmt(s) if not isinstance(x, Allocate) for e in stmt_exprs(x)]

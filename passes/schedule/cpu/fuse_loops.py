@@ -34,8 +34,8 @@ from dataclasses import replace
 from tecomp import expr as E
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt
 
-from .schedule import _collect, _names, _trips
-from .schedule_dot import _subst_stmt
+from .dot import subst
+from .schedule import bound_names, collect_accesses, trip_count
 
 
 def fuse_row_loops(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
@@ -76,7 +76,7 @@ def _flatten(s: Stmt, allocs: list[Buffer], items: list[Stmt]) -> None:
 
 
 def _candidate(s: For, min_trips: int) -> bool:
-    n = _trips(s)
+    n = trip_count(s)
     return s.kind == "parallel" and s.step == 1 and n is not None and n >= min_trips
 
 
@@ -84,9 +84,9 @@ def _merge(a: For, b: For) -> For | None:
     """``a`` and ``b`` as one loop over ``a``'s variable, or None when not provably legal."""
     body_b = b.body
     if b.var != a.var:
-        if a.var.name in _names(b.body):
+        if a.var.name in bound_names(b.body):
             return None  # renaming would capture an inner loop of b
-        body_b = _subst_stmt(b.body, {b.var: a.var})
+        body_b = subst(b.body, {b.var: a.var})
     parts = [*(a.body.stmts if isinstance(a.body, Seq) else (a.body,)),
              *(body_b.stmts if isinstance(body_b, Seq) else (body_b,))]
     fused = For(a.var, a.lo, a.hi, Seq(tuple(parts)), kind="parallel")
@@ -99,7 +99,7 @@ def _row_local(loop: For) -> bool:
     stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
     loads: list[BufferLoad] = []
     local: set[Buffer] = set()
-    _collect(loop.body, stores, loads, local)
+    collect_accesses(loop.body, stores, loads, local)
     for buf, idxs in stores.items():
         if buf in local:
             continue

@@ -6,7 +6,7 @@ costs milliseconds, and importing islpy costs tens of them, even when the kernel
 comes from a cache.  Most programs come out of that pass unchanged (every access proven, no
 check added, no size condition): that verdict is a fact about the lowered program alone, so
 it is remembered under a digest of the program (:func:`~tecomp.codegen.cache.program_key`)
-and of the two pass modules' source (:func:`proof_key`), in memory and in the persistent
+and of the passes' source (:func:`proof_key`), in memory and in the persistent
 cache (:mod:`tecomp.codegen.disk_cache`, an entry ``{"bounds": "proven"}``).
 
 Only the verdict "unchanged" is remembered.  A program that needs runtime checks or size
@@ -19,32 +19,25 @@ our own pass code decides what is proved and is part of the key.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
-from ..loopir import LoweredFunc
-from .cache import CompileCache, program_key
-from .disk_cache import default_cache
+from .codegen.cache import CompileCache, program_key
+from .codegen.disk_cache import default_cache
+from .codegen.target import source_digest
+from .loopir import LoweredFunc
 
 #: digests of the programs proven in bounds in this process (a verdict, never code)
 PROVEN: CompileCache[bool] = CompileCache(4096)
 _VERDICT = "proven"
-_version: list[str] = []
 
 
 def passes_version() -> str:
-    """A digest of the bounds passes' source: a changed pass never trusts an old verdict."""
-    if not _version:
-        here = Path(__file__).resolve().parent.parent / "passes"
-        h = hashlib.sha256()
-        for name in ("bounds_check.py", "bounds_affine.py"):
-            try:
-                h.update(name.encode() + b"\0" + (here / name).read_bytes())
-            except OSError:
-                h.update(name.encode() + b"\0missing")
-        _version.append(h.hexdigest()[:16])
-    return _version[0]
+    """A digest of the passes' and solvers' source: a changed pass never trusts an old
+    verdict (importing them is not needed, so islpy stays unloaded on a remembered proof)."""
+    from . import passes, solvers
+
+    return source_digest(str(Path(passes.__file__).parent), str(Path(solvers.__file__).parent))
 
 
 def proof_key(func: LoweredFunc) -> str:
@@ -70,7 +63,7 @@ def bounds_checked(func: LoweredFunc, *, check_bounds: bool = True) -> tuple[Low
         if entry is not None and entry.get("bounds") == _VERDICT:
             PROVEN.get_or_compile(key, lambda: True)
             return func, None
-    from ..passes.bounds_check import add_bounds_checks
+    from .passes.bounds_check import add_bounds_checks
 
     checked, bounds = add_bounds_checks(func)
     if bounds is None:

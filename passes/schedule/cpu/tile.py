@@ -71,18 +71,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tecomp import expr as E
-from tecomp.functor import children, rebuild
 from tecomp.loopir import (
-    Allocate,
     BufferLoad,
     For,
-    IfThenElse,
     LetStmt,
     LoweredFunc,
     Seq,
     Stmt,
     Store,
 )
+from tecomp.stmt_functor import expr_vars, map_loops, subst_expr, walk_expr
+
+from ...residue_split import window_overlap
 
 
 def block_rows(func: LoweredFunc, *, rows: int = 4, factor: int = 4,
@@ -95,7 +95,7 @@ def block_rows(func: LoweredFunc, *, rows: int = 4, factor: int = 4,
     def rewrite(loop: For) -> Stmt | None:
         return _rows(loop, rows, factor, max_full)
 
-    body = _map_loops(func.body, rewrite)
+    body = map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
 
 
@@ -124,7 +124,7 @@ def _match(loop: For, strict: bool = True):
     inner = s
     if inner.step != 1 or (strict and (inner.lo, inner.hi) != (init.lo, init.hi)):
         return None
-    if j in _vars(inner.lo) | _vars(inner.hi):
+    if j in expr_vars(inner.lo) | expr_vars(inner.hi):
         return None
     st = inner.body
     if not (isinstance(st, Store) and st.reduce == "sum" and st.buffer == zero.buffer
@@ -136,28 +136,28 @@ def _match(loop: For, strict: bool = True):
     if not idx or idx[-1] != j or i not in idx[:-1]:
         return None
     for e in idx[:-1]:
-        if _vars(e) & (kvars | {j}) or (i in _vars(e) and e != i):
+        if expr_vars(e) & (kvars | {j}) or (i in expr_vars(e) and e != i):
             return None
     for k in ks:
-        if _vars(k.lo) & {i, j} or _vars(k.hi) & {i, j}:
-            if strict or j in _vars(k.lo) | _vars(k.hi):
+        if expr_vars(k.lo) & {i, j} or expr_vars(k.hi) & {i, j}:
+            if strict or j in expr_vars(k.lo) | expr_vars(k.hi):
                 return None
-    if _vars(init.lo) & {i, j} or _vars(init.hi) & {i, j}:
+    if expr_vars(init.lo) & {i, j} or expr_vars(init.hi) & {i, j}:
         return None
-    if any(isinstance(x, BufferLoad) and x.buffer == st.buffer for x in _nodes(st.value)):
+    if any(isinstance(x, BufferLoad) and x.buffer == st.buffer for x in walk_expr(st.value)):
         return None
     return init, ks, inner, st
 
 
-def _extent(lo: E.Expr, hi: E.Expr) -> int | None:
+def const_extent(lo: E.Expr, hi: E.Expr) -> int | None:
     if isinstance(lo, E.Const) and isinstance(hi, E.Const):
         return int(hi.value) - int(lo.value)
     return None
 
 
-def _split_end(lo: E.Expr, hi: E.Expr, n: int) -> E.Expr:
+def split_end(lo: E.Expr, hi: E.Expr, n: int) -> E.Expr:
     """``lo + (hi - lo) // n * n``: the end of the whole blocks of ``n`` in ``[lo, hi)``."""
-    ext = _extent(lo, hi)
+    ext = const_extent(lo, hi)
     if ext is not None:
         return E.Const(int(lo.value) + max(ext, 0) // n * n, lo.dtype)
     span = E.maximum(E.sub(hi, lo), E.Const(0, lo.dtype))
@@ -165,72 +165,8 @@ def _split_end(lo: E.Expr, hi: E.Expr, n: int) -> E.Expr:
     return E.add(lo, E.Mul(q, E.Const(n, lo.dtype), lo.dtype))
 
 
-def _plus(v: E.Var, n: int) -> E.Expr:
+def plus(v: E.Var, n: int) -> E.Expr:
     return v if n == 0 else E.add(v, E.Const(n, v.dtype))
-
-
-def _subst(e: E.Expr, mapping: dict[E.Var, E.Expr], memo: dict | None = None) -> E.Expr:
-    """Substitute variables in a loop-IR expression (loads included)."""
-    memo = {} if memo is None else memo
-    key = id(e)
-    if key in memo:
-        return memo[key][1]
-    if isinstance(e, E.Var):
-        out = mapping.get(e, e)
-    elif isinstance(e, BufferLoad):
-        idx = tuple(_subst(x, mapping, memo) for x in e.indices)
-        out = e if idx == e.indices else BufferLoad(e.buffer, idx, e.dtype)
-    else:
-        cs = children(e)
-        new = tuple(_subst(x, mapping, memo) for x in cs)
-        out = e if all(a is b for a, b in zip(new, cs)) else _rebuild(e, new)
-    memo[key] = (e, out)
-    return out
-
-
-def _rebuild(e: E.Expr, new: tuple[E.Expr, ...]) -> E.Expr:
-    if isinstance(e, E.Select):
-        return replace(e, cond=new[0], t=new[1], f=new[2])
-    if isinstance(e, E.Cast):
-        return replace(e, value=new[0])
-    if isinstance(e, E.Call):
-        return replace(e, args=new)
-    return rebuild(e, *new)
-
-
-def _nodes(e: E.Expr):
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        yield x
-        stack.extend(x.indices if isinstance(x, BufferLoad) else children(x))
-
-
-def _vars(e: E.Expr) -> set[E.Var]:
-    return {x for x in _nodes(e) if isinstance(x, E.Var)}
-
-
-def _map_loops(s: Stmt, fn) -> Stmt:
-    if isinstance(s, For):
-        out = fn(s)
-        if out is not None:
-            return out
-        body = _map_loops(s.body, fn)
-        return s if body is s.body else replace(s, body=body)
-    if isinstance(s, Seq):
-        items = tuple(_map_loops(x, fn) for x in s.stmts)
-        return s if all(a is b for a, b in zip(items, s.stmts)) else Seq(items)
-    if isinstance(s, (Allocate, LetStmt)):
-        body = _map_loops(s.body, fn)
-        return s if body is s.body else replace(s, body=body)
-    if isinstance(s, IfThenElse):
-        then = _map_loops(s.then, fn)
-        else_ = None if s.else_ is None else _map_loops(s.else_, fn)
-        return s if then is s.then and else_ is s.else_ else IfThenElse(s.cond, then, else_)
-    return s
 
 
 def _rows(loop: For, rows: int, factor: int, max_full: int) -> Stmt | None:
@@ -245,50 +181,50 @@ def _rows(loop: For, rows: int, factor: int, max_full: int) -> Stmt | None:
         rows = 1  # the reduction bounds use the row variable: fold reduction steps only
     init, ks, inner, st = m
     i, kin = loop.var, ks[-1]
-    iext = _extent(loop.lo, loop.hi)
+    iext = const_extent(loop.lo, loop.hi)
     r_n = rows if iext is None or iext >= rows else max(iext, 1)
-    kext = _extent(kin.lo, kin.hi)
+    kext = const_extent(kin.lo, kin.hi)
     u = kext if kext is not None and kext <= max_full else factor
     if kext is not None:
         u = max(1, min(u, kext))
     if r_n == 1 and u == 1:
         return None
-    subs = [{i: _plus(i, r)} if r else {} for r in range(r_n)]
-    vals = [_subst(st.value, sb) for sb in subs]
-    dsts = [tuple(_subst(e, sb) for e in st.indices) for sb in subs]
+    subs = [{i: plus(i, r)} if r else {} for r in range(r_n)]
+    vals = [subst_expr(st.value, sb) for sb in subs]
+    dsts = [tuple(subst_expr(e, sb) for e in st.indices) for sb in subs]
     dt = st.buffer.dtype
     folded = []
     for r in range(r_n):
         acc: E.Expr = BufferLoad(st.buffer, dsts[r], dt)
         for n in range(u):
             acc = E.add(acc, vals[r] if n == 0 else
-                        _subst(vals[r], {kin.var: _plus(kin.var, n)}))
+                        subst_expr(vals[r], {kin.var: plus(kin.var, n)}))
         folded.append(Store(st.buffer, dsts[r], acc))
-    kend = _split_end(kin.lo, kin.hi, u)
-    jloop = replace(inner, body=_seq(folded))
+    kend = split_end(kin.lo, kin.hi, u)
+    jloop = replace(inner, body=seq(folded))
     if kext is not None and kext == u:  # unrolled completely: one step, no loop left
         parts: list[Stmt] = [LetStmt(kin.var, kin.lo, jloop)]
     else:
         parts = [replace(kin, hi=kend, step=u, body=jloop)]
     if not (kext is not None and kext % u == 0):
         plain = [Store(st.buffer, dsts[r], vals[r], "sum") for r in range(r_n)]
-        parts.append(replace(kin, lo=kend, body=replace(inner, body=_seq(plain))))
-    nest: Stmt = _seq(parts)
+        parts.append(replace(kin, lo=kend, body=replace(inner, body=seq(plain))))
+    nest: Stmt = seq(parts)
     for k in reversed(ks[:-1]):
         nest = replace(k, body=nest)
     zero = init.body
-    inits = replace(init, body=_seq([Store(zero.buffer, dsts[r], zero.value)
+    inits = replace(init, body=seq([Store(zero.buffer, dsts[r], zero.value)
                                       for r in range(r_n)]))
     if r_n == 1:
         return replace(loop, body=Seq((inits, nest)))
-    imain = _split_end(loop.lo, loop.hi, r_n)
+    imain = split_end(loop.lo, loop.hi, r_n)
     main = For(i, loop.lo, imain, Seq((inits, nest)), step=r_n, kind=loop.kind)
     if iext is not None and iext % r_n == 0:
         return main
     return Seq((main, replace(loop, lo=imain)))
 
 
-def _seq(items: list[Stmt]) -> Stmt:
+def seq(items: list[Stmt]) -> Stmt:
     return items[0] if len(items) == 1 else Seq(tuple(items))
 
 
@@ -306,17 +242,17 @@ def _split_fold(loop: For, m: tuple, max_full: int) -> Stmt | None:
     ``[k, k + 32)`` for ``k < 3``, folded for ``j`` in ``[2, 32)``)."""
     init, ks, inner, st = m
     kin = ks[-1]
-    kext = _extent(kin.lo, kin.hi)
+    kext = const_extent(kin.lo, kin.hi)
     if kext is None or not 1 < kext <= max_full or ks[:-1] and any(
-            kin.var in _vars(x.lo) | _vars(x.hi) for x in ks[:-1]):
+            kin.var in expr_vars(x.lo) | expr_vars(x.hi) for x in ks[:-1]):
         return None
     k = kin.var
-    los = [_subst(inner.lo, {k: _plus_const(kin.lo, n)}) for n in range(kext)]
-    his = [_subst(inner.hi, {k: _plus_const(kin.lo, n)}) for n in range(kext)]
+    los = [subst_expr(inner.lo, {k: _plus_const(kin.lo, n)}) for n in range(kext)]
+    his = [subst_expr(inner.hi, {k: _plus_const(kin.lo, n)}) for n in range(kext)]
     p, mid = window_overlap(los, his)
     acc: E.Expr = BufferLoad(st.buffer, st.indices, st.buffer.dtype)
     for n in range(kext):
-        acc = E.add(acc, st.value if n == 0 else _subst(st.value, {k: _plus(k, n)}))
+        acc = E.add(acc, st.value if n == 0 else subst_expr(st.value, {k: plus(k, n)}))
     low = replace(kin, body=replace(inner, hi=E.minimum(inner.hi, p)))
     fold = LetStmt(k, kin.lo, replace(inner, lo=p, hi=mid, body=Store(
         st.buffer, st.indices, acc)))
@@ -325,17 +261,6 @@ def _split_fold(loop: For, m: tuple, max_full: int) -> Stmt | None:
     for x in reversed(ks[:-1]):
         nest = replace(x, body=nest)
     return replace(loop, body=Seq((init, nest)))
-
-
-def window_overlap(los: list[E.Expr], his: list[E.Expr]) -> tuple[E.Expr, E.Expr]:
-    """``(P, M)`` for ranges ``[los[n], his[n])``: ``P = max(los)``, ``M = max(P, min(his))``,
-    so ``[P, M)`` is where every range holds (empty when they do not overlap)."""
-    p, h = los[0], his[0]
-    for x in los[1:]:
-        p = E.maximum(p, x)
-    for x in his[1:]:
-        h = E.minimum(h, x)
-    return p, E.maximum(p, h)
 
 
 def _plus_const(e: E.Expr, n: int) -> E.Expr:

@@ -51,54 +51,18 @@ neither keeps the thread-per-element mapping.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from tecomp import expr as E
 from tecomp.errors import ArgumentError
+from tecomp.gpuir import TILE_M, TILE_N, BlockReduce, Tiling
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
-
-from ..cstyle import stmt_exprs, walk_expr, walk_stmt
-from ..kernel import eval_int
+from tecomp.stmt_functor import eval_int, stmt_exprs, walk_expr, walk_stmt
 
 BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_LENGTH = 64
 TILE_MIN_EXTENT = 16
 TILE_MIN_BLOCKS = 132  # an H200's multiprocessors
-TILE_M = 32  # output rows of a tile
-TILE_N = 32  # output columns of a tile
-TILE_K = 16  # reduction step staged in shared memory
-TILE_THREADS = 256  # (TILE_M / 2) x (TILE_N / 2) threads, 2 x 2 outputs each
 REDUCE_DTYPES = ("float32", "float64", "int32", "int64")
-
-
-@dataclass(frozen=True)
-class BlockReduce:
-    """One block per output: ``outer`` loops over the outputs, ``inner`` (collapsed) reduction
-    loops strided over the block's threads, the rest of the reduction nest in ``body``."""
-
-    outer: tuple[For, ...]
-    acc: Buffer
-    init: Store
-    inner: tuple[For, ...]
-    body: Stmt
-    reduce: str
-    rest: tuple[Stmt, ...]
-
-
-@dataclass(frozen=True)
-class Tiling:
-    """``acc = init; for k..: acc += a * b; rest`` per output; ``a`` uses the ``rows`` loops
-    (not the ``cols``), ``b`` the ``cols`` loops (not the ``rows``), both may use ``batch``."""
-
-    batch: tuple[For, ...]
-    rows: tuple[For, ...]
-    cols: tuple[For, ...]
-    acc: Buffer
-    init: Store
-    kloops: tuple[For, ...]
-    a: E.Expr
-    b: E.Expr
-    rest: tuple[Stmt, ...]
 
 
 def _free(e: E.Expr) -> set[E.Var]:

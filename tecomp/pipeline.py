@@ -1,0 +1,159 @@
+"""The pass order, written once: declare -> differentiate -> zero elimination -> lower
+(target-independent) -> bounds checks -> schedule(target) -> codegen(target).
+
+Every public entry point (``tc.gradient``, ``tc.optimize``, ``tc.lower``, ``tc.cost``,
+``tc.build``) calls the functions here, and each pass runs through
+:func:`tecomp.diagnostics.run_pass`, so ``tc.pass_log`` sees every pass whichever entry point
+ran it.  Passes never call back into this module or the API.
+
+The order (after Halide's ``lower_impl``)::
+
+    differentiate        autodiff (reverse mode; forward/DOF come from forward_api)
+    optimize             zero elimination, then simplification
+    lower                tensor expressions -> loop IR, target-independent
+    bounds_checked       data-dependent accesses checked, affine ones proven (remembered)
+    schedule(target)     passes/schedule/cpu or passes/schedule/gpu
+    codegen(target)      codegen/llvm or codegen/cuda, through the Target interface
+
+``optimize=False``.  A tensor returned by ``tc.gradient(..., optimize=False)`` (or
+``tc.jacobian``) records that choice (``tensor.attrs["as_written"]``): :func:`lower` and so
+``tc.lower``, ``tc.cost`` and ``tc.build`` do not optimise it later; the other outputs of
+the same program are optimised as usual.  ``tc.cost(..., optimize=False)`` and
+``tc.lower(..., optimize=False)`` skip optimisation for every output.
+
+Schedules and caches.  ``tc.build`` hands the bounds-checked program to the target with its
+schedule (:func:`target`); the target looks the program up in its caches first and schedules
+it only when it compiles it (:mod:`tecomp.codegen.target`).  ``tc.lower(..., target=...)``
+shows the scheduled loop IR of a target.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .diagnostics import run_pass
+from .loopir import Buffer, LoweredFunc
+from .tensor import Tensor
+
+TARGETS = ("llvm", "cuda")
+#: the attribute of a tensor built with ``optimize=False``
+AS_WRITTEN = "as_written"
+
+
+# ------------------------------------------------------------------ tensor-expression passes
+def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
+                  overrides: Mapping[Any, Any] | None = None,
+                  optimize: bool = True) -> list[Tensor]:
+    """Reverse-mode adjoints of ``inputs`` (arguments already checked by the API), then, with
+    ``optimize``, zero elimination and simplification; without, marked as written."""
+    from .passes.autodiff import differentiate as reverse
+
+    grads = run_pass("autodiff", reverse, output, inputs, head, overrides=overrides)
+    return optimize_tensors(grads) if optimize else as_written(grads)
+
+
+def optimize_tensors(outputs: Sequence[Tensor]) -> list[Tensor]:
+    """Zero elimination, then simplification, on every stage of ``outputs``."""
+    from .passes.simplify import simplify
+    from .passes.zero_elimination import eliminate_zeros
+
+    outs = run_pass("zero_elimination", eliminate_zeros, list(outputs), log_tensors=True)
+    return run_pass("simplify", simplify, outs, log_tensors=True)
+
+
+def as_written(tensors: list[Tensor]) -> list[Tensor]:
+    """``tensors``, recorded as not to be optimised by later pipeline runs."""
+    for t in tensors:
+        if not t.is_placeholder:
+            t.attrs[AS_WRITTEN] = True
+    return tensors
+
+
+def prepare(outputs: Sequence[Tensor], *, optimize: bool = True) -> list[Tensor]:
+    """``outputs`` optimised, except those built with ``optimize=False`` (kept in place)."""
+    outs = list(outputs)
+    todo = [n for n, t in enumerate(outs) if optimize and not t.attrs.get(AS_WRITTEN)]
+    if todo:
+        done = optimize_tensors([outs[n] for n in todo])
+        for n, t in zip(todo, done):
+            outs[n] = t
+    return outs
+
+
+# ------------------------------------------------------------------ loop-IR passes
+def lower(outputs: Sequence[Tensor], inputs: Iterable[Any], *, name: str | None = None,
+          optimize: bool = True) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
+    """The target-independent loop IR of ``outputs`` and the data of its constant buffers."""
+    from .passes.lower import lower_program
+
+    prepared = prepare(outputs, optimize=optimize)                 # zero elimination
+    return run_pass("lower", lower_program, prepared, inputs, name=name)  # -> loop IR
+
+
+def bounds_checked(func: LoweredFunc, *, check_bounds: bool = True) -> tuple[LoweredFunc, Any]:
+    """The bounds pass on ``func`` (a verdict "in bounds" is remembered)."""
+    from .proof_cache import bounds_checked as checked
+
+    return run_pass("bounds_check", checked, func, check_bounds=check_bounds)
+
+
+def schedule_of(target_name: str) -> Any:
+    """The schedule of a target as a :class:`~tecomp.codegen.target.Schedule` (its function
+    and a digest of its package's source)."""
+    from .codegen.target import Schedule, source_digest
+
+    check_target(target_name)
+    if target_name == "llvm":
+        from .passes.schedule import cpu
+
+        return Schedule(cpu.schedule_cpu, source_digest(str(Path(cpu.__file__).parent)))
+    from .passes.schedule import gpu
+
+    return Schedule(gpu.schedule_gpu, source_digest(str(Path(gpu.__file__).parent)))
+
+
+def target(target_name: str, **options: Any) -> Any:
+    """The :class:`~tecomp.codegen.target.Target` called ``target_name``, with its schedule."""
+    check_target(target_name)
+    if target_name == "llvm":
+        from .codegen.llvm import LlvmTarget
+
+        return LlvmTarget(schedule_of("llvm"), **options)
+    from .codegen.cuda.target import CudaTarget
+
+    return CudaTarget(schedule_of("cuda"), **options)
+
+
+def check_target(target_name: Any) -> None:
+    """Raise :class:`~tecomp.errors.TecompError` unless ``target_name`` names a target."""
+    from .errors import TecompError
+
+    if not isinstance(target_name, str) or target_name not in TARGETS:
+        raise TecompError(f"unknown target {target_name!r}; valid targets are "
+                          f"{', '.join(map(repr, TARGETS))}")
+
+
+def scheduled(func: LoweredFunc, target_name: str, *, check_bounds: bool = True) -> LoweredFunc:
+    """``func`` as the target compiles it: bounds-checked, then scheduled (for CUDA, the loop
+    IR the GPU schedule cuts into kernels)."""
+    func, bounds = bounds_checked(func, check_bounds=check_bounds)     # bounds checks
+    sched = schedule_of(target_name)
+    if target_name == "llvm":
+        return run_pass("schedule.llvm", sched.run, func, threads=True)  # CPU schedule
+    records = frozenset() if bounds is None else frozenset((bounds.error,))
+    return run_pass("schedule.cuda", sched.run, func, records=records).func  # GPU schedule
+
+
+# ------------------------------------------------------------------ the whole pipeline
+def build(outputs: Sequence[Tensor], inputs: Sequence[Any], *, target_name: str = "llvm",
+          name: str | None = None, check_bounds: bool = True, single: bool = False) -> Any:
+    """A kernel for ``outputs``: every pass in order, then the target's code generator."""
+    check_target(target_name)
+    func, constants = lower(outputs, inputs, name=name)                # declare .. lower
+    func, bounds = bounds_checked(func, check_bounds=check_bounds)     # bounds checks
+    tgt = target(target_name)                                          # schedule + codegen
+    return run_pass(f"codegen.{target_name}", tgt.build, func, inputs=inputs,
+                    outputs=list(outputs), hidden=constants, single=single, bounds=bounds)
