@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
+from gradcheck import check_gradient
 
 import tecomp as tc
-from gradcheck import check_gradient
 
 
 def grouped_conv_ref(x, w, groups, stride, pad):
