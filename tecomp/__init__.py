@@ -9,7 +9,9 @@ Declare tensors element-wise with index lambdas, differentiate them, and build k
     S = tc.compute((n,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="S")
     print(tc.show(S))
 
-See ``DESIGN.md`` of the project for the full public contract.
+The architecture and the full public contract: ``docs/design.md`` in the source tree; a
+walk-through with output: ``docs/guide.md``.  ``help(tc.compute)`` (and every other public
+function) has an example.
 """
 
 from . import interop, ops
