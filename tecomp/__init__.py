@@ -14,7 +14,7 @@ walk-through with output: ``docs/guide.md``.  ``help(tc.compute)`` (and every ot
 function) has an example.
 """
 
-from . import interop, ops
+from . import interop, logs, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
@@ -70,6 +70,8 @@ from .printer import show
 from .tensor import Tensor
 
 __version__ = "0.1.0"
+
+logs.configure_from_environment()  # TECOMP_LOG=info|debug: timings on stderr (tecomp.logs)
 
 __all__ = [
     "ops",

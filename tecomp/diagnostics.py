@@ -29,6 +29,7 @@ review thread asks for:
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 import warnings
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import expr as E
 from .functor import free_vars, topo_order, walk
+from .logs import timed
 from .printer import format_expr, unique_names
 from .tensor import ComputeOp, ScatterOp, Tensor
 
@@ -109,7 +111,8 @@ def _count(tensors: Sequence[Tensor], sizes: Mapping[Any, int] | None) -> tuple[
 
 def run_pass(pass_name: str, fn: Callable[..., Any], /, *args: Any,
              log_tensors: bool = False, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, recorded in the active pass log if there is one.
+    """``fn(*args, **kwargs)``, recorded in the active pass log if there is one, and timed
+    on the ``"tecomp.phases"`` logger at INFO (:mod:`tecomp.logs`).
 
     With ``log_tensors=True`` the first argument and the result are lists of tensors and their
     static costs are recorded too (when the log counts costs).  Without an active log this
@@ -117,14 +120,16 @@ def run_pass(pass_name: str, fn: Callable[..., Any], /, *args: Any,
     """
     log = _ACTIVE.get()
     if log is None:
-        return fn(*args, **kwargs)
+        with timed(pass_name, logging.INFO):  # on the "tecomp.phases" logger, if enabled
+            return fn(*args, **kwargs)
     token = _ACTIVE.set(None)  # counting costs runs passes too; keep them out of the log
     try:
         before, note = (_count(args[0], log.sizes) if log_tensors and log.costs else (None, ""))
     finally:
         _ACTIVE.reset(token)
     t0 = time.perf_counter()
-    result = fn(*args, **kwargs)
+    with timed(pass_name, logging.INFO):
+        result = fn(*args, **kwargs)
     seconds = time.perf_counter() - t0
     after = None
     if log_tensors and log.costs:

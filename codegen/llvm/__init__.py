@@ -19,6 +19,7 @@ import numpy as np
 
 from ... import expr as E
 from ...errors import CompileError, TecompError
+from ...logs import timed
 from ...loopir import Buffer, LoweredFunc
 from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
@@ -93,7 +94,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                 raise CompileError(
                     f"emit: could not emit LLVM IR for {func.name!r}: "
                     f"{type(err).__name__}: {err}") from err
-            out = compile_ir(module, symbol_name(func.name), speed_level=speed_level)
+            with timed("llvm"):
+                out = compile_ir(module, symbol_name(func.name), speed_level=speed_level)
             out.threads = threads
             return out
 
@@ -105,7 +107,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
 def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
     from ...passes.schedule import schedule_cpu
 
-    return schedule_cpu(func, threads=threads)
+    with timed("schedule"):
+        return schedule_cpu(func, threads=threads)
 
 
 def _pooled_record(pooled: tuple[Buffer, ...]) -> str | None:
