@@ -297,10 +297,11 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
 
     Example::
 
-        n = tc.var("n")
-        A = tc.placeholder((n, 3), name="A")
-        S = tc.compute((n,), lambda i: A[i, 0] + A[i, 2], name="S")
-        (s,) = tc.evaluate([S], {A: np.ones((5, 3), np.float32)})   # n = 5
+        >>> n = tc.var("n")
+        >>> A = tc.placeholder((n, 3), name="A")
+        >>> S = tc.compute((n,), lambda i: A[i, 0] + A[i, 2], name="S")
+        >>> tc.evaluate([S], {A: np.ones((5, 3), np.float32)})   # n = 5 from the shape
+        [array([2., 2., 2., 2., 2.], dtype=float32)]
     """
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)

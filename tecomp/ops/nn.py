@@ -58,9 +58,12 @@ def conv2d(X: Tensor, W: Tensor, stride: int | Sequence[int] = 1,
 
     Example::
 
-        X = tc.placeholder((1, 4, 8, 8), name="X")
-        W = tc.placeholder((6, 2, 3, 3), name="W")
-        Y = tc.ops.conv2d(X, W, padding=1, groups=2)     # shape (1, 6, 8, 8)
+        >>> X = tc.placeholder((1, 4, 8, 8), name="X")
+        >>> W = tc.placeholder((6, 2, 3, 3), name="W")
+        >>> Y = tc.ops.conv2d(X, W, padding=1, groups=2)
+        >>> Y.shape
+        (1, 6, 8, 8)
+        >>> dX, dW = tc.gradient(Y, [X, W])
     """
     if X.ndim != 4 or W.ndim != 4:
         raise DeclarationError(f"conv2d: X ({X.name}) and W ({W.name}) must be 4-D (NCHW, KCRS)")
@@ -261,9 +264,15 @@ def take(E: Tensor, indices: Tensor, axis: int = 0, name: str = "take") -> Tenso
 
     Example::
 
-        E = tc.placeholder((1000, 64), name="E")        # an embedding table
-        idx = tc.placeholder((8, 16), name="idx", dtype="int64")
-        out = tc.ops.take(E, idx)                        # shape (8, 16, 64)
+        >>> E = tc.placeholder((1000, 64), name="E")        # an embedding table
+        >>> idx = tc.placeholder((8, 16), name="idx", dtype="int64")
+        >>> tc.ops.take(E, idx).shape
+        (8, 16, 64)
+        >>> e, ix = np.arange(6.0).reshape(3, 2), np.array([[2, 0], [1, 1]])
+        >>> T, I = tc.placeholder((3, 2), dtype="float64"), tc.placeholder((2, 2), dtype="int64")
+        >>> bool((tc.evaluate(tc.ops.take(T, I, axis=0), {T: e, I: ix})[0]
+        ...       == np.take(e, ix, axis=0)).all())
+        True
     """
     if indices.dtype not in ("int32", "int64"):
         raise DeclarationError(
