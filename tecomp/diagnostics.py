@@ -18,9 +18,14 @@ review thread asks for:
   (an operand that reads data, a delta under a non-linear function, no unit coefficient);
 * a condition tested inside a reduction over the reduction's own variables that could not
   become loop bounds (not affine in them), so every point of the box is visited;
-* a scatter stage (a data-dependent destination; atomics on the GPU);
-* optionally (``reference=``), a flop count well above the reference program's (e.g. the
-  forward pass): the seed's rule that a gradient costs about what the forward costs.
+* scatter stages are *notes*, not findings: a scatter costs O(domain), what the forward
+  costs.  The note says why the destination could not be solved for: it is data (the
+  gradient of a gather, e.g. an embedding: inherent), or it is not affine (a clamp
+  ``min(j + k, 9)``); on the GPU several points may add to one element (atomics);
+* optionally (``reference=``), an output that costs well above the reference program (e.g.
+  the forward pass): the rule that each adjoint costs about what the forward costs.  The
+  reference's work is its flops, or its innermost iterations for pure data movement (a
+  gather has no flops, its gradient one add per element).
 
 ``explain`` returns an :class:`Explanation`; ``str()`` of it is a readable report, and
 ``warn=True`` also issues one :class:`PerformanceWarning` per finding.
@@ -166,7 +171,7 @@ class PerformanceWarning(UserWarning):
 class Finding:
     """One reason a program is slower than it could be: ``kind``, the stage, the message."""
 
-    kind: str  # "unoptimized", "delta", "guard", "scatter", "cost"
+    kind: str  # "unoptimized", "delta", "guard", "cost"
     tensor: str
     message: str
 
@@ -180,6 +185,7 @@ class Explanation:
 
     findings: list[Finding]
     stages: int
+    notes: list[str] = field(default_factory=list)  # inherent costs, not findings
 
     def __bool__(self) -> bool:
         return bool(self.findings)
@@ -188,11 +194,14 @@ class Explanation:
         return {f.kind for f in self.findings}
 
     def __str__(self) -> str:
+        notes = [f"  note: {n}" for n in self.notes]
         if not self.findings:
-            return (f"{self.stages} stage(s) checked: no Kronecker delta left, no guard inside "
-                    "a loop, no scatter; nothing looks slower than hand-written code.")
+            return "\n".join([
+                f"{self.stages} stage(s) checked: no Kronecker delta left, no guard inside "
+                "a loop, no avoidable scatter; nothing looks slower than hand-written code."]
+                + notes)
         head = f"{self.stages} stage(s) checked, {len(self.findings)} finding(s):"
-        return "\n".join([head] + [f"  {f}" for f in self.findings])
+        return "\n".join([head] + [f"  {f}" for f in self.findings] + notes)
 
 
 def _reads_data(e: E.Expr) -> bool:
@@ -304,6 +313,7 @@ def explain(tensors: Tensor | Sequence[Tensor], *, reference: Tensor | Sequence[
     order = topo_order(outs)
     names = unique_names(order)
     findings: list[Finding] = []
+    notes: list[str] = []
     stages = 0
     for t in order:
         name = names[id(t)]
@@ -313,34 +323,47 @@ def explain(tensors: Tensor | Sequence[Tensor], *, reference: Tensor | Sequence[
         elif isinstance(t.op, ScatterOp):
             stages += 1
             idx = ", ".join(format_expr(i, names) for i in t.op.indices)
-            findings.append(Finding(
-                "scatter", name,
-                f"scatter-add to [{idx}]: the destination depends on data, so the stage adds "
-                "into it point by point (O(domain), correct; on the GPU it needs atomics)"))
+            notes.append(_scatter_note(t, name, idx))
     if reference is not None:
-        findings += _compare_cost(outs, reference, sizes, ratio)
-    result = Explanation(findings, stages)
+        findings += _compare_cost(outs, reference, sizes, ratio, bool(findings))
+    result = Explanation(findings, stages, notes)
     if warn:
         for f in findings:
             warnings.warn(str(f), PerformanceWarning, stacklevel=2)
     return result
 
 
+def _scatter_note(t: Tensor, name: str, idx: str) -> str:
+    assert isinstance(t.op, ScatterOp)
+    parts = [x for i in t.op.indices for x in walk(i)]
+    if any(isinstance(x, E.TensorRead) for x in parts):
+        why = "the destination is data (the gradient of a gather): inherent"
+    elif any(isinstance(x, (E.Min, E.Max)) for x in parts):
+        why = "the destination has a min/max (a clamp), which is not affine"
+    else:
+        why = "the destination is not affine in the loop variables"
+    return (f"{name}: scatter-add to [{idx}]: {why}; the stage adds point by point, "
+            "O(domain) like the forward (atomics on the GPU)")
+
+
 def _compare_cost(outs: list[Tensor], reference: Tensor | Sequence[Tensor],
-                  sizes: Mapping[Any, int] | None, ratio: float) -> list[Finding]:
+                  sizes: Mapping[Any, int] | None, ratio: float,
+                  other_findings: bool) -> list[Finding]:
+    """One finding per output that costs more than ``ratio`` times the reference's work."""
     from .lowering_api import cost
 
     refs = [reference] if isinstance(reference, Tensor) else list(reference)
-    mine = cost(outs, sizes=sizes, optimize=False).flops
-    theirs = cost(refs, sizes=sizes, optimize=False).flops
+    ref = cost(refs, sizes=sizes, optimize=False)
     try:
-        too_much = float(mine) > ratio * float(theirs)
+        work = max(float(ref.flops), float(ref.iterations))
+        mine = [(t, cost([t], sizes=sizes, optimize=False).flops) for t in outs]
+        over = [(t, f) for t, f in mine if float(f) > ratio * work]
     except TypeError:  # symbolic counts: compare only when sizes are bound
         return []
-    if not too_much:
-        return []
-    label = ", ".join(t.name for t in outs)
-    return [Finding("cost", label,
-                    f"{mine} flops, {float(mine) / max(float(theirs), 1):.1f}x the reference's "
-                    f"{theirs} (more than {ratio}x): look at the findings above, or at the loop "
-                    "IR (tc.lower) for a loop nest deeper than the reference's")]
+    hint = ("look at the findings above, or at the loop IR" if other_findings else
+            "no stage has a delta, guard or avoidable scatter left: compare its loop IR")
+    what = "flops" if work == float(ref.flops) else "innermost iterations (no flops)"
+    return [Finding("cost", t.name,
+                    f"{f} flops, {float(f) / max(work, 1):.1f}x the reference's {int(work)} "
+                    f"{what} (more than {ratio}x): {hint} (tc.lower) for a loop nest deeper "
+                    "than the reference's") for t, f in over]
