@@ -16,8 +16,8 @@ from ..tensor import Tensor
 
 
 def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        v = (v, v)
+    if hasattr(v, "__index__"):  # an int, or a constant shape entry
+        v = (v, v)  # type: ignore[assignment]
     v = tuple(int(x) for x in v)
     if len(v) != 2:
         raise DeclarationError(f"{what} must be an int or a pair, got {v!r}")

@@ -57,3 +57,14 @@ def test_symbolic_entries_name_their_variable():
     with pytest.raises(tc.TecompError, match="not an integer constant"):
         int(tc.const(2.5))
     assert X.shape != (3, 7)
+
+
+def test_shape_entries_as_operator_arguments():
+    X = tc.placeholder((1, 2, 8, 8), name="X")
+    W = tc.placeholder((2, 2, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, stride=W.shape[0], padding=(1, W.shape[0] - 1))
+    assert Y.shape == (1, 2, 4, 4)
+    assert tc.ops.max_pool2d(X, X.shape[0] * 2).shape == (1, 2, 4, 4)
+    n = tc.var("n")
+    with pytest.raises(tc.TecompError, match="'n'"):
+        tc.ops.max_pool2d(X, n)
