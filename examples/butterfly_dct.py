@@ -48,6 +48,12 @@ def audio_frames(n: int, frames: int, rng: np.random.Generator) -> np.ndarray:
     return signal.reshape(frames, n).T.copy()
 
 
+def program() -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """The DCT-II of 8 frames of 64 samples, for ``tecomp show|lower examples/butterfly_dct.py``."""
+    X = tc.placeholder((64, 8), name="frames", dtype="float64")
+    return [tc.ops.dct(X)], [X]
+
+
 def part1(x: np.ndarray) -> None:
     n, batch = x.shape
     X = tc.placeholder((n, batch), name="frames", dtype="float64")

@@ -37,13 +37,19 @@ def straight_through(out: tc.Tensor, inputs: list[tc.Tensor], head: tc.Tensor) -
     return [dX]
 
 
-def main() -> None:
+def program() -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """``sum(fq(X Wᵀ)²)`` and its inputs (also for ``tecomp show examples/custom_gradient.py``)."""
     n = tc.var("n")
     X = tc.placeholder((n, 8), name="X", dtype="float64")
     W = tc.placeholder((4, 8), name="W", dtype="float64")
     Q = fake_quantize(tc.ops.dense(X, W, name="z"))
     r, c = tc.reduce_axis(n, "r"), tc.reduce_axis(4, "c")
     loss = tc.compute((), lambda: tc.sum(Q[r, c] * Q[r, c], axis=[r, c]), name="loss")
+    return [loss], [X, W]
+
+
+def main() -> None:
+    (loss,), (X, W) = program()
 
     (dW_true,) = tc.gradient(loss, [W])
     (dW,) = tc.gradient(loss, [W], overrides={"fake_quantize": straight_through})

@@ -53,6 +53,12 @@ def declare(features: int) -> tuple[list[tc.Tensor], tc.Tensor, tc.Tensor, list[
     return params, X, y, [model(X, params)]
 
 
+def program() -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """The loss and its inputs, for ``tecomp show|lower examples/mlp_digits.py [--grad]``."""
+    params, X, y, (logits,) = declare(64)
+    return [cross_entropy(logits, y)], [X, y, *params]
+
+
 def train(epochs: int = 30, batch: int = 64, lr: float = 0.1, seed: int = 0,
           verbose: bool = True) -> float:
     """Train and return the test accuracy."""

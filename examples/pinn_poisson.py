@@ -69,6 +69,22 @@ def init_params(params: list[tc.Tensor], rng: np.random.Generator) -> list[np.nd
 
 def build_step(n_in: int, n_bd: int, widths: list[int], method: str, bc_weight: float):
     """Declare the loss, differentiate it, and compile loss + gradients into one kernel."""
+    loss, inputs = declare_loss(n_in, n_bd, widths, method, bc_weight)
+    params = inputs[2:]
+    grads = tc.gradient(loss, params)
+    kernel = tc.build([loss, *grads], inputs, name="pinn_step")
+    return params, kernel
+
+
+def program() -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """A small loss and its inputs, for ``tecomp show|lower examples/pinn_poisson.py``."""
+    loss, inputs = declare_loss(64, 32, [16, 16], "dof", 10.0)
+    return [loss], inputs
+
+
+def declare_loss(n_in: int, n_bd: int, widths: list[int], method: str, bc_weight: float
+                 ) -> tuple[tc.Tensor, list[tc.Tensor]]:
+    """The PINN loss and its inputs ``[X, Xb, *params]``."""
     params = declare_params(widths)
     X = tc.placeholder((n_in, 2), "X", DT)       # interior collocation points
     Xb = tc.placeholder((n_bd, 2), "Xb", DT)     # boundary points
@@ -81,9 +97,7 @@ def build_step(n_in: int, n_bd: int, widths: list[int], method: str, bc_weight: 
     b, e = tc.reduce_axis(n_in, "b"), tc.reduce_axis(n_bd, "e")
     loss = tc.compute((), lambda: tc.sum((lap[b] - f[b]) * (lap[b] - f[b]), axis=b) / n_in
                       + tc.sum(ub[e] * ub[e], axis=e) * (bc_weight / n_bd), name="loss")
-    grads = tc.gradient(loss, params)
-    kernel = tc.build([loss, *grads], [X, Xb, *params], name="pinn_step")
-    return params, kernel
+    return loss, [X, Xb, *params]
 
 
 def build_predict(n: int, widths: list[int]):

@@ -9,10 +9,12 @@ Declare tensors element-wise with index lambdas, differentiate them, and build k
     S = tc.compute((n,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="S")
     print(tc.show(S))
 
-See ``DESIGN.md`` of the project for the full public contract.
+The architecture and the full public contract: ``docs/design.md`` in the source tree; a
+walk-through with output: ``docs/guide.md``.  ``help(tc.compute)`` (and every other public
+function) has an example.
 """
 
-from . import interop, ops
+from . import interop, logs, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
@@ -68,6 +70,8 @@ from .printer import show
 from .tensor import Tensor
 
 __version__ = "0.1.0"
+
+logs.configure_from_environment()  # TECOMP_LOG=info|debug: timings on stderr (tecomp.logs)
 
 __all__ = [
     "ops",

@@ -44,6 +44,18 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
 
     Raises :class:`~tecomp.errors.DifferentiationError` for a non-float output, an integer or
     non-tensor input, or a head of the wrong shape or dtype.
+
+    Example::
+
+        >>> X = tc.placeholder((3,), name="X", dtype="float64")
+        >>> Y = tc.compute((3,), lambda i: X[i] * X[i], name="Y")
+        >>> (dX,) = tc.gradient(Y, [X])                  # d sum(Y) / dX = 2 X
+        >>> tc.evaluate(dX, {X: np.array([1.0, 2.0, 3.0])})[0]
+        array([2., 4., 6.])
+        >>> H = tc.placeholder((3,), name="H", dtype="float64")
+        >>> (dXh,) = tc.gradient(Y, [X], head=H)         # d sum(H * Y) / dX
+        >>> tc.evaluate(dXh, {X: np.ones(3), H: np.array([1.0, 0.0, -1.0])})[0]
+        array([ 2.,  0., -2.])
     """
     _check_output(output, "gradient")
     ins = _check_inputs(inputs, output, "gradient")
@@ -62,6 +74,17 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
 
     Computed in reverse mode with the identity head ``δ(p, i)`` (one adjoint per output
     element, all at once).  ``optimize`` as in :func:`gradient`.
+
+    Example::
+
+        >>> X = tc.placeholder((2,), name="X", dtype="float64")
+        >>> Y = tc.compute((2,), lambda i: X[i] * X[1 - i], name="Y")   # (x0 x1, x1 x0)
+        >>> J = tc.jacobian(Y, X)
+        >>> J.shape
+        (2, 2)
+        >>> tc.evaluate(J, {X: np.array([2.0, 3.0])})[0]
+        array([[3., 2.],
+               [3., 2.]])
     """
     _check_output(output, "jacobian")
     (x,) = _check_inputs([input], output, "jacobian")

@@ -36,6 +36,18 @@ def build(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], target: str
     the call.  ``check_bounds=False`` skips the checks (a few integer operations per such
     access) and leaves such reads unchecked.  Both targets check (on CUDA, threads race only
     on which failure is recorded).
+
+    Example::
+
+        >>> n = tc.var("n")
+        >>> A = tc.placeholder((n, 4), name="A")
+        >>> k = tc.reduce_axis(4, name="k")
+        >>> S = tc.compute((n,), lambda i: tc.sum(A[i, k], axis=k), name="S")
+        >>> (dA,) = tc.gradient(S, [A])
+        >>> kernel = tc.build([S, dA], [A])               # n is bound from the array
+        >>> s, da = kernel(np.arange(8, dtype=np.float32).reshape(2, 4))
+        >>> s, da.shape
+        (array([ 6., 22.], dtype=float32), (2, 4))
     """
     from . import pipeline
 

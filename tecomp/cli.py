@@ -44,7 +44,13 @@ def load_program(path: str) -> tuple[list[tc.Tensor], list[Any]]:
     p = Path(path)
     if not p.is_file():
         raise tc.TecompError(f"{path}: no such file")
-    ns = runpy.run_path(str(p), run_name="__tecomp_program__")
+    try:
+        ns = runpy.run_path(str(p), run_name="__tecomp_program__")
+    except SyntaxError as err:
+        where = f"{err.filename or path}:{err.lineno}" if err.lineno else path
+        text = (err.text or "").rstrip("\n")
+        caret = f"\n    {text}\n    {' ' * max((err.offset or 1) - 1, 0)}^" if text else ""
+        raise tc.TecompError(f"{where}: syntax error: {err.msg}{caret}") from None
     if callable(ns.get("program")):
         got = ns["program"]()
         if not (isinstance(got, tuple) and len(got) == 2):
@@ -97,38 +103,67 @@ def _differentiate(outs: list[tc.Tensor], ins: list[Any], args: argparse.Namespa
     return grads, ins
 
 
-def _sizes(items: list[str] | None) -> dict[str, int] | None:
+def parse_sizes(items: list[str] | None) -> dict[str, int] | None:
+    """``--size n=128 m=4`` as ``{"n": 128, "m": 4}`` (None when not given)."""
     if not items:
         return None
     sizes = {}
     for item in items:
-        name, _, value = item.partition("=")
+        name, eq, value = item.partition("=")
         try:
+            if not (eq and name.isidentifier()):
+                raise ValueError(item)
             sizes[name] = int(value)
         except ValueError:
-            raise tc.TecompError(f"--size {item!r}: expected NAME=INTEGER") from None
+            raise tc.TecompError(f"--size {item!r}: expected NAME=INTEGER, e.g. n=128") from None
     return sizes
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def check_sizes(sizes: dict[str, int] | None, outs: list[tc.Tensor], ins: list[Any]) -> None:
+    """Every name in ``--size`` is a symbolic size of the program."""
+    if not sizes:
+        return
+    from .functor import free_vars, topo_order
+
+    known = {v.name for v in ins if isinstance(v, tc.Var)}
+    for t in topo_order(outs):
+        for extent in t.shape:
+            known |= {v.name for v in free_vars(extent)}
+    unknown = sorted(set(sizes) - known)
+    if unknown:
+        have = ", ".join(sorted(known)) or "none: every size is constant"
+        raise tc.TecompError(f"--size {', '.join(unknown)}: the program has no symbolic size "
+                             f"of that name (its sizes: {have})")
+
+
+def _prepare(args: argparse.Namespace) -> tuple[list[tc.Tensor], list[Any], Any]:
+    """The program's (outputs, inputs) after ``--grad``, and the checked ``--size``."""
+    sizes = parse_sizes(args.size)  # before any work or output
     outs, ins = load_program(args.file)
+    check_sizes(sizes, outs, ins)
     if args.grad:
         outs, ins = _differentiate(outs, ins, args)
-    elif not args.no_optimize and args.optimize:
+    return outs, ins, sizes
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    outs, ins, sizes = _prepare(args)
+    if not args.grad and not args.no_optimize and args.optimize:
         outs = tc.optimize(outs)
     if args.dot:
         print(tc.to_dot(outs), end="")
         return 0
     print(tc.show(outs))
     if args.explain:
-        print("\n" + str(tc.explain(outs, sizes=_sizes(args.size))))
+        print("\n" + str(tc.explain(outs, sizes=sizes)))
     return 0
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    outs, ins = load_program(args.file)
-    if args.grad:
-        outs, ins = _differentiate(outs, ins, args)
+    outs, ins, sizes = _prepare(args)
+    if args.dot:
+        print(tc.to_dot(outs), end="")
+        return 0
     with step("lowering"):
         if args.no_optimize:
             from .lowering_api import Lowered
@@ -138,7 +173,6 @@ def cmd_lower(args: argparse.Namespace) -> int:
         else:
             lowered = tc.lower(outs, ins)
     print(lowered)
-    sizes = _sizes(args.size)
     try:
         cost = tc.cost(outs, ins, sizes=sizes, optimize=not args.no_optimize)
         print(f"\ncost: {cost}")
@@ -148,6 +182,8 @@ def cmd_lower(args: argparse.Namespace) -> int:
         with step("compiling"):
             kernel = tc.build(outs, ins)
         print(f"built {kernel!r}")
+    if args.explain:
+        print("\n" + str(tc.explain(outs, sizes=sizes)))
     return 0
 
 
@@ -177,8 +213,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"error: {path} defines no main()", file=sys.stderr)
             return 1
         takes_args = bool(inspect.signature(main).parameters)
-        print(f"running {path.name} (progress below; the suite takes minutes)", flush=True)
-        rc = main(args.args) if takes_args else main()
+        if not {"-h", "--help"} & set(args.args):
+            print(f"running {path.name} (progress below; the suite takes minutes)", flush=True)
+        saved_argv, sys.argv = sys.argv, ["tecomp bench", *args.args]  # its usage line
+        try:
+            rc = main(args.args) if takes_args else main()
+        except SystemExit as stop:  # its argument parser's --help or usage error
+            rc = stop.code
+        finally:
+            sys.argv = saved_argv
     finally:
         sys.path.remove(str(path.parent))
     return int(rc or 0)
@@ -189,6 +232,7 @@ def _program_parser(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_, description=help_ + ". " + (
         "FILE.py defines program() returning (outputs, inputs), or OUTPUTS [and INPUTS], or "
         "module-level tensors (the unread ones are the outputs)."))
+    p.set_defaults(command_parser=p)
     p.add_argument("file", metavar="FILE.py", help="a Python file that declares tensors")
     p.add_argument("--grad", action="store_true",
                    help="differentiate the first output (its sum, or sum(out*H) with --head)")
@@ -200,6 +244,9 @@ def _program_parser(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
                    help="skip zero elimination (see the naive gradient)")
     p.add_argument("--size", nargs="+", metavar="NAME=VALUE",
                    help="bind symbolic sizes for the cost, e.g. --size n=128")
+    p.add_argument("--dot", action="store_true", help="print Graphviz text instead")
+    p.add_argument("--explain", action="store_true",
+                   help="also say why the program may be slower than hand-written code")
     return p
 
 
@@ -213,19 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run a built-in example end to end",
                        description="Run a built-in example: declare, differentiate, show the "
                        "IR and cost, compile, check against NumPy, time.")
+    d.set_defaults(command_parser=d)
     d.add_argument("name", nargs="?", default="conv2d", choices=[*DEMOS, "all"],
                    help="which example (default conv2d)")
     d.add_argument("--small", action="store_true", help="small sizes (a few seconds)")
     s = _program_parser(sub, "show", "print the tensor expressions a file defines")
     s.add_argument("--optimize", action="store_true", help="show them after tc.optimize")
-    s.add_argument("--dot", action="store_true", help="print Graphviz text instead")
-    s.add_argument("--explain", action="store_true",
-                   help="also say why the program may be slower than hand-written code")
     lo = _program_parser(sub, "lower", "print the loop IR and static cost of a file's tensors")
     lo.add_argument("--build", action="store_true", help="also compile it with LLVM")
     b = sub.add_parser("bench", help="run the CPU benchmark suite",
                        description="Run benchmarks/bench_cpu.py's main() (from a checkout); "
-                       "further arguments go to it.")
+                       "further arguments, --help included, go to it: `tecomp bench --help` "
+                       "lists the benchmark's options.")
     b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
     return parser
 
@@ -233,9 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"] and argv[1:2] not in (["-h"], ["--help"]):
-        return cmd_bench(argparse.Namespace(args=argv[1:]))  # the rest, verbatim
-    args = parser.parse_args(argv)
+    if argv[:1] == ["bench"]:  # the rest, verbatim, --help included, for the benchmark
+        return cmd_bench(argparse.Namespace(args=argv[1:]))
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported with the usage of the command they were given to
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0

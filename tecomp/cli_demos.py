@@ -16,14 +16,17 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 import tecomp as tc
+from tecomp.logs import progress
 
 
 @contextlib.contextmanager
 def step(label: str) -> Iterator[None]:
-    """Print ``label ...`` before a step that may be slow and its duration after it."""
+    """Print ``label ...`` before a step that may be slow and its duration after it; a step
+    that runs longer than about 2 s also lists its phases as they end (tecomp.logs)."""
     print(f"... {label}", end="", flush=True)
     t0 = time.perf_counter()
-    yield
+    with progress(sys.stdout, after=2.0):
+        yield
     print(f" ({time.perf_counter() - t0:.2f} s)", flush=True)
 
 

@@ -18,9 +18,14 @@ review thread asks for:
   (an operand that reads data, a delta under a non-linear function, no unit coefficient);
 * a condition tested inside a reduction over the reduction's own variables that could not
   become loop bounds (not affine in them), so every point of the box is visited;
-* a scatter stage (a data-dependent destination; atomics on the GPU);
-* optionally (``reference=``), a flop count well above the reference program's (e.g. the
-  forward pass): the seed's rule that a gradient costs about what the forward costs.
+* scatter stages are *notes*, not findings: a scatter costs O(domain), what the forward
+  costs.  The note says why the destination could not be solved for: it is data (the
+  gradient of a gather, e.g. an embedding: inherent), or it is not affine (a clamp
+  ``min(j + k, 9)``); on the GPU several points may add to one element (atomics);
+* optionally (``reference=``), an output that costs well above the reference program (e.g.
+  the forward pass): the rule that each adjoint costs about what the forward costs.  The
+  reference's work is its flops, or its innermost iterations for pure data movement (a
+  gather has no flops, its gradient one add per element).
 
 ``explain`` returns an :class:`Explanation`; ``str()`` of it is a readable report, and
 ``warn=True`` also issues one :class:`PerformanceWarning` per finding.
@@ -29,6 +34,7 @@ review thread asks for:
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 import warnings
 from contextlib import contextmanager
@@ -37,6 +43,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import expr as E
 from .functor import free_vars, topo_order, walk
+from .logs import timed
 from .printer import format_expr, unique_names
 from .tensor import ComputeOp, ScatterOp, Tensor
 
@@ -89,7 +96,21 @@ _ACTIVE: contextvars.ContextVar[PassLog | None] = contextvars.ContextVar(
 @contextmanager
 def pass_log(*, costs: bool = True, sizes: Mapping[Any, int] | None = None
              ) -> Iterator[PassLog]:
-    """Record the passes run inside the ``with`` block (see the module docstring)."""
+    """Record the passes run inside the ``with`` block, with times and static costs.
+
+    See the module docstring; ``costs=False`` records the times only, ``sizes`` binds
+    symbolic sizes for the costs.  (The same phases are timed on the ``"tecomp"`` logger.)
+
+    Example::
+
+        >>> A = tc.placeholder((16, 8), name="A")
+        >>> k = tc.reduce_axis(8, name="k")
+        >>> T = tc.compute((16,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="T")
+        >>> with tc.pass_log(costs=False) as log:
+        ...     grads = tc.gradient(T, [A])
+        >>> log.names()
+        ['autodiff', 'zero_elimination', 'simplify']
+    """
     log = PassLog(costs=costs, sizes=sizes)
     token = _ACTIVE.set(log)
     try:
@@ -109,7 +130,8 @@ def _count(tensors: Sequence[Tensor], sizes: Mapping[Any, int] | None) -> tuple[
 
 def run_pass(pass_name: str, fn: Callable[..., Any], /, *args: Any,
              log_tensors: bool = False, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, recorded in the active pass log if there is one.
+    """``fn(*args, **kwargs)``, recorded in the active pass log if there is one, and timed
+    on the ``"tecomp.phases"`` logger at INFO (:mod:`tecomp.logs`).
 
     With ``log_tensors=True`` the first argument and the result are lists of tensors and their
     static costs are recorded too (when the log counts costs).  Without an active log this
@@ -117,14 +139,16 @@ def run_pass(pass_name: str, fn: Callable[..., Any], /, *args: Any,
     """
     log = _ACTIVE.get()
     if log is None:
-        return fn(*args, **kwargs)
+        with timed(pass_name, logging.INFO):  # on the "tecomp.phases" logger, if enabled
+            return fn(*args, **kwargs)
     token = _ACTIVE.set(None)  # counting costs runs passes too; keep them out of the log
     try:
         before, note = (_count(args[0], log.sizes) if log_tensors and log.costs else (None, ""))
     finally:
         _ACTIVE.reset(token)
     t0 = time.perf_counter()
-    result = fn(*args, **kwargs)
+    with timed(pass_name, logging.INFO):
+        result = fn(*args, **kwargs)
     seconds = time.perf_counter() - t0
     after = None
     if log_tensors and log.costs:
@@ -147,7 +171,7 @@ class PerformanceWarning(UserWarning):
 class Finding:
     """One reason a program is slower than it could be: ``kind``, the stage, the message."""
 
-    kind: str  # "unoptimized", "delta", "guard", "scatter", "cost"
+    kind: str  # "unoptimized", "delta", "guard", "cost"
     tensor: str
     message: str
 
@@ -161,6 +185,7 @@ class Explanation:
 
     findings: list[Finding]
     stages: int
+    notes: list[str] = field(default_factory=list)  # inherent costs, not findings
 
     def __bool__(self) -> bool:
         return bool(self.findings)
@@ -169,11 +194,14 @@ class Explanation:
         return {f.kind for f in self.findings}
 
     def __str__(self) -> str:
+        notes = [f"  note: {n}" for n in self.notes]
         if not self.findings:
-            return (f"{self.stages} stage(s) checked: no Kronecker delta left, no guard inside "
-                    "a loop, no scatter; nothing looks slower than hand-written code.")
+            return "\n".join([
+                f"{self.stages} stage(s) checked: no Kronecker delta left, no guard inside "
+                "a loop, no avoidable scatter; nothing looks slower than hand-written code."]
+                + notes)
         head = f"{self.stages} stage(s) checked, {len(self.findings)} finding(s):"
-        return "\n".join([head] + [f"  {f}" for f in self.findings])
+        return "\n".join([head] + [f"  {f}" for f in self.findings] + notes)
 
 
 def _reads_data(e: E.Expr) -> bool:
@@ -268,11 +296,24 @@ def explain(tensors: Tensor | Sequence[Tensor], *, reference: Tensor | Sequence[
     (e.g. the forward tensors) the static flops of both are compared (``sizes`` binds
     symbolic sizes) and a finding is added when ``tensors`` cost more than ``ratio`` times
     the reference.  ``warn=True`` issues a :class:`PerformanceWarning` per finding.
+
+    Example::
+
+        >>> A = tc.placeholder((16, 8), name="A")
+        >>> k = tc.reduce_axis(8, name="k")
+        >>> T = tc.compute((16,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="T")
+        >>> (naive,) = tc.gradient(T, [A], optimize=False)
+        >>> print(tc.explain(naive))                                   # doctest: +ELLIPSIS
+        2 stage(s) checked, 1 finding(s):
+          [unoptimized] A_grad: 2 delta(s) and 0 guard(s) in loops that zero elimination ...
+        >>> bool(tc.explain(tc.gradient(T, [A]), reference=T))       # nothing found
+        False
     """
     outs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     order = topo_order(outs)
     names = unique_names(order)
     findings: list[Finding] = []
+    notes: list[str] = []
     stages = 0
     for t in order:
         name = names[id(t)]
@@ -282,34 +323,47 @@ def explain(tensors: Tensor | Sequence[Tensor], *, reference: Tensor | Sequence[
         elif isinstance(t.op, ScatterOp):
             stages += 1
             idx = ", ".join(format_expr(i, names) for i in t.op.indices)
-            findings.append(Finding(
-                "scatter", name,
-                f"scatter-add to [{idx}]: the destination depends on data, so the stage adds "
-                "into it point by point (O(domain), correct; on the GPU it needs atomics)"))
+            notes.append(_scatter_note(t, name, idx))
     if reference is not None:
-        findings += _compare_cost(outs, reference, sizes, ratio)
-    result = Explanation(findings, stages)
+        findings += _compare_cost(outs, reference, sizes, ratio, bool(findings))
+    result = Explanation(findings, stages, notes)
     if warn:
         for f in findings:
             warnings.warn(str(f), PerformanceWarning, stacklevel=2)
     return result
 
 
+def _scatter_note(t: Tensor, name: str, idx: str) -> str:
+    assert isinstance(t.op, ScatterOp)
+    parts = [x for i in t.op.indices for x in walk(i)]
+    if any(isinstance(x, E.TensorRead) for x in parts):
+        why = "the destination is data (the gradient of a gather): inherent"
+    elif any(isinstance(x, (E.Min, E.Max)) for x in parts):
+        why = "the destination has a min/max (a clamp), which is not affine"
+    else:
+        why = "the destination is not affine in the loop variables"
+    return (f"{name}: scatter-add to [{idx}]: {why}; the stage adds point by point, "
+            "O(domain) like the forward (atomics on the GPU)")
+
+
 def _compare_cost(outs: list[Tensor], reference: Tensor | Sequence[Tensor],
-                  sizes: Mapping[Any, int] | None, ratio: float) -> list[Finding]:
+                  sizes: Mapping[Any, int] | None, ratio: float,
+                  other_findings: bool) -> list[Finding]:
+    """One finding per output that costs more than ``ratio`` times the reference's work."""
     from .lowering_api import cost
 
     refs = [reference] if isinstance(reference, Tensor) else list(reference)
-    mine = cost(outs, sizes=sizes, optimize=False).flops
-    theirs = cost(refs, sizes=sizes, optimize=False).flops
+    ref = cost(refs, sizes=sizes, optimize=False)
     try:
-        too_much = float(mine) > ratio * float(theirs)
+        work = max(float(ref.flops), float(ref.iterations))
+        mine = [(t, cost([t], sizes=sizes, optimize=False).flops) for t in outs]
+        over = [(t, f) for t, f in mine if float(f) > ratio * work]
     except TypeError:  # symbolic counts: compare only when sizes are bound
         return []
-    if not too_much:
-        return []
-    label = ", ".join(t.name for t in outs)
-    return [Finding("cost", label,
-                    f"{mine} flops, {float(mine) / max(float(theirs), 1):.1f}x the reference's "
-                    f"{theirs} (more than {ratio}x): look at the findings above, or at the loop "
-                    "IR (tc.lower) for a loop nest deeper than the reference's")]
+    hint = ("look at the findings above, or at the loop IR" if other_findings else
+            "no stage has a delta, guard or avoidable scatter left: compare its loop IR")
+    what = "flops" if work == float(ref.flops) else "innermost iterations (no flops)"
+    return [Finding("cost", t.name,
+                    f"{f} flops, {float(f) / max(work, 1):.1f}x the reference's {int(work)} "
+                    f"{what} (more than {ratio}x): {hint} (tc.lower) for a loop nest deeper "
+                    "than the reference's") for t, f in over]

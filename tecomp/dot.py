@@ -26,6 +26,20 @@ def to_dot(tensors: Tensor | Sequence[Tensor], *, name: str = "tecomp",
     """Graphviz ``digraph`` text of the DAG of ``tensors`` (outputs drawn with a bold border).
 
     ``bodies=True`` adds each compute stage's expression to its label (long for big graphs).
+    Render it with Graphviz (``dot -Tsvg``).
+
+    Example::
+
+        >>> A = tc.placeholder((4,), name="A")
+        >>> S = tc.compute((4,), lambda i: A[i] * 2.0, name="S")
+        >>> print(tc.to_dot(S))
+        digraph "tecomp" {
+          rankdir=TB;
+          node [fontname="monospace", fontsize=10];
+          t0 [shape="ellipse", label="A\\nfloat32(4)"];
+          t1 [shape="box", penwidth="2", label="S\\nfloat32(4)"];
+          t0 -> t1;
+        }
     """
     outs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     order = topo_order(outs)

@@ -290,8 +290,18 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
              bindings: Mapping[Any, Any]) -> list[np.ndarray]:
     """Evaluate ``outputs`` given ``{placeholder: array, var: int}``; returns a list of arrays.
 
-    Symbolic sizes that appear alone as a placeholder's extent are bound from its array's
-    shape when not given.
+    The reference evaluator: plain NumPy, independent of every backend.  Symbolic sizes that
+    appear alone as the extent of a bound placeholder are bound from its array's shape when
+    not given, whether or not the outputs still read that placeholder (as a kernel binds
+    them from its inputs); sizes bound twice must agree.
+
+    Example::
+
+        >>> n = tc.var("n")
+        >>> A = tc.placeholder((n, 3), name="A")
+        >>> S = tc.compute((n,), lambda i: A[i, 0] + A[i, 2], name="S")
+        >>> tc.evaluate([S], {A: np.ones((5, 3), np.float32)})   # n = 5 from the shape
+        [array([2., 2., 2., 2., 2.], dtype=float32)]
     """
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
@@ -306,16 +316,7 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
             arrays[id(k)] = v
         else:
             raise EvaluationError(f"binding key {k!r} is neither a placeholder nor a tc.var")
-    # bind sizes from placeholder shapes
-    for t in order:
-        if t.is_placeholder and id(t) in arrays:
-            a = np.asarray(arrays[id(t)])
-            if a.ndim != t.ndim:
-                raise EvaluationError(
-                    f"placeholder {t.name!r} has {t.ndim} dimension(s), the array has {a.ndim}")
-            for d, s in enumerate(t.shape):
-                if isinstance(s, E.Var) and s not in sizes:
-                    sizes[s] = int(a.shape[d])
+    _bind_sizes(bindings, sizes)
     ev = _Evaluator(values, {})
     with np.errstate(all="ignore"):
         for t in order:
@@ -338,6 +339,28 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
             else:
                 values[id(t)] = _eval_compute(t, shape, sizes, ev)
     return [values[id(t)] for t in outs]
+
+
+def _bind_sizes(bindings: Mapping[Any, Any], sizes: dict[E.Var, int]) -> None:
+    """Bind the sizes that bound placeholders' shapes determine; check they agree."""
+    source = {v: f"the binding {v.name} = {n}" for v, n in sizes.items()}
+    for t, value in bindings.items():
+        if not (isinstance(t, Tensor) and t.is_placeholder):
+            continue
+        a = np.asarray(value)
+        if a.ndim != t.ndim:
+            raise EvaluationError(
+                f"placeholder {t.name!r} has {t.ndim} dimension(s), the array has {a.ndim}")
+        for d, s in enumerate(t.shape):
+            if not isinstance(s, E.Var):
+                continue
+            n = int(a.shape[d])
+            if s in sizes and sizes[s] != n:
+                raise EvaluationError(
+                    f"placeholder {t.name!r}, axis {d}: the array has extent {n}, but "
+                    f"{s.name} = {sizes[s]} from {source[s]}")
+            sizes.setdefault(s, n)
+            source.setdefault(s, f"placeholder {t.name!r}, axis {d}")
 
 
 def _reduce_volume(e: E.Expr) -> int:

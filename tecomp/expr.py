@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Union
 
-from .errors import TecompError
+from .errors import DeclarationError, TecompError
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -144,12 +144,63 @@ class Expr(_Arith):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self}>"
 
+    def __index__(self) -> int:
+        from .functor import free_vars
+
+        names = sorted(v.name for v in free_vars(self))
+        if names:
+            raise SymbolicValueError(
+                f"{self} is symbolic (it depends on {', '.join(map(repr, names))}): it has no "
+                "integer value at declaration time; bind the variable when you evaluate or "
+                "call a kernel, or declare the size as a Python int")
+        raise SymbolicValueError(f"{self} (dtype {self.dtype}) is not an integer constant")
+
+    def __int__(self) -> int:
+        return self.__index__()
+
+
+class SymbolicValueError(DeclarationError, TypeError):
+    """``int()`` of an expression that is not an integer constant (e.g. a symbolic size).
+
+    Also a :class:`TypeError`, as Python expects from ``__index__``.
+    """
+
 
 # --------------------------------------------------------------------------------------- leaves
 @node
 class Const(Expr):
+    """A constant.  An integer constant behaves as a Python int where one is expected:
+    ``int()``, ``operator.index`` (``range``, NumPy shapes) and ``==`` with ints, so that a
+    constant shape entry reads as the int the user declared (``X.shape == (3, 4)``).
+    """
+
     value: int | float | bool
     dtype: str
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is Const:
+            return self.value == other.value and self.dtype == other.dtype
+        if type(other) is int and _INT_DTYPE.get(self.dtype, False):
+            return self.value == other
+        return NotImplemented
+
+    def __index__(self) -> int:
+        if _INT_DTYPE.get(self.dtype, False):
+            return int(self.value)
+        raise SymbolicValueError(f"{self} (dtype {self.dtype}) is not an integer constant")
+
+
+# integer constants hash as their value so that ``Const(3, "int64") == 3`` implies equal hashes
+_INT_DTYPE = {"int32": True, "int64": True}
+
+
+def _const_hash(self: Const) -> int:
+    if _INT_DTYPE.get(self.dtype, False):
+        return hash(self.value)
+    return _cached_hash(self)
+
+
+Const.__hash__ = _const_hash  # type: ignore[assignment,method-assign]
 
 
 @node

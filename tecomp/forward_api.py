@@ -46,6 +46,15 @@ def jvp(output: Tensor, inputs: Sequence[Tensor], tangents: Sequence[Tensor]) ->
     ``inputs`` are placeholders or intermediate tensors; ``tangents`` has one tensor of the
     same shape per input.  Returns a tensor of ``output``'s shape:
     ``sum_inputs sum_idx d output / d input[idx] * tangent[idx]``.
+
+    Example::
+
+        >>> X = tc.placeholder((3,), name="X", dtype="float64")
+        >>> V = tc.placeholder((3,), name="V", dtype="float64")
+        >>> Y = tc.compute((3,), lambda i: tc.sin(X[i]), name="Y")
+        >>> dY = tc.jvp(Y, [X], [V])                     # cos(X) * V
+        >>> tc.evaluate(dY, {X: np.zeros(3), V: np.array([1.0, 2.0, 3.0])})[0]
+        array([1., 2., 3.])
     """
     from .passes.forward import TangentTensor, forward_tangents, materialize
 
@@ -81,6 +90,15 @@ def hessian(output: Tensor, input: Tensor) -> Tensor:
     Forward over reverse: the reverse-mode gradient, then forward mode with one basis
     direction per element of ``input`` (all along extra direction axes).  Cost: about
     ``|input|`` times the gradient's, plus the ``|input|^2`` result.
+
+    Example::
+
+        >>> X = tc.placeholder((2,), name="X", dtype="float64")
+        >>> k = tc.reduce_axis(2, name="k")
+        >>> f = tc.compute((), lambda: tc.sum(X[k] * X[k] * X[k], axis=k), name="f")
+        >>> tc.evaluate(tc.hessian(f, X), {X: np.array([1.0, 2.0])})[0]    # diag(6 x)
+        array([[ 6.,  0.],
+               [ 0., 12.]])
     """
     from .passes.forward.hessian import full_hessian
 
@@ -121,6 +139,15 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     baseline that builds each sample's Hessian by forward over reverse mode and contracts
     it with ``A`` (N tangent components through the forward and the reverse graph, then an
     N x N contraction per sample).
+
+    Example::
+
+        >>> X = tc.placeholder((4, 2), name="X", dtype="float64")   # 4 samples in 2-D
+        >>> u = tc.compute((4,), lambda b: X[b, 0] * X[b, 0] * X[b, 1], name="u")
+        >>> A = np.array([[2.0, 1.0], [1.0, 0.0]])
+        >>> L = tc.diff_operator(u, X, A)      # 2 u_00 + 2 u_01 = 4 x1 + 4 x0
+        >>> tc.evaluate(L, {X: np.array([[1.0, 1.0], [1.0, 2.0], [0.0, 0.0], [2.0, 0.5]])})[0]
+        array([ 8., 12.,  0., 10.])
     """
     from .passes.dof import check_operator_matrix, decompose, dof_operator
 
@@ -140,7 +167,19 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
 
 
 def laplacian(output: Tensor, x: Tensor, method: str = "dof") -> Tensor:
-    """The Laplacian of ``output`` over x's last axis (``diff_operator`` with ``A = I``)."""
+    """The Laplacian of ``output`` over x's last axis (``diff_operator`` with ``A = I``).
+
+    ``method="dof"`` (forward propagation of the operator) or ``"hessian"`` (the baseline);
+    x's leading axes are a batch of independent samples.
+
+    Example::
+
+        >>> X = tc.placeholder((3, 2), name="X", dtype="float64")
+        >>> u = tc.compute((3,), lambda b: X[b, 0] * X[b, 0] + X[b, 1] * X[b, 1] * X[b, 1],
+        ...                name="u")
+        >>> tc.evaluate(tc.laplacian(u, X), {X: np.array([[0.0, 0.0], [0.0, 1.0], [5.0, 2.0]])})[0]
+        array([ 2.,  8., 14.])
+    """
     x = _check_tensor(x, "laplacian: x")
     n = _last_extent(x, "laplacian")
     return diff_operator(output, x, np.eye(n), method=method)

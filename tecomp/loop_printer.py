@@ -16,13 +16,16 @@ blocks indented by two spaces::
       }
     }
 
-A scalar buffer (shape ``()``) is written by its name alone.  ``Store(reduce="sum")`` prints
+Loop bounds print with the constant offsets of their sums collected (``n - 1 + 1`` prints
+``n``; :func:`tecomp.int_fold.fold_offsets`).  A scalar buffer (shape ``()``) is written by
+its name alone.  ``Store(reduce="sum")`` prints
 ``+=``, ``"prod"`` prints ``*=`` and ``"max"``/``"min"`` print ``x = max(x, v)``.  The text holds
 no object ids and no hash-ordered collections, so the same program prints byte-identical text.
 """
 
 from __future__ import annotations
 
+from .int_fold import fold_offsets
 from .loopir import Allocate, Buffer, For, IfThenElse, LetStmt, LoweredFunc, Seq, Stmt, Store
 from .printer import format_expr
 
@@ -48,7 +51,8 @@ def _lines(s: Stmt, depth: int, out: list[str]) -> None:
     elif isinstance(s, For):
         head = "for" if s.kind == "serial" else f"{s.kind} for"
         step = "" if s.step == 1 else f", step {s.step}"
-        out.append(f"{pad}{head} ({s.var.name}, {format_expr(s.lo)}, {format_expr(s.hi)}"
+        lo, hi = format_expr(fold_offsets(s.lo)), format_expr(fold_offsets(s.hi))
+        out.append(f"{pad}{head} ({s.var.name}, {lo}, {hi}"
                    f"{step}) {{")
         _lines(s.body, depth + 1, out)
         out.append(pad + "}")

@@ -39,6 +39,10 @@ class Buffer(_Hashed):
     dtype: str
     scope: str = "temp"
 
+    def __post_init__(self) -> None:
+        if type(self.shape) is not tuple:  # a tensor's Shape: stored (and printed) plainly
+            object.__setattr__(self, "shape", tuple(self.shape))
+
     @property
     def ndim(self) -> int:
         return len(self.shape)

@@ -60,12 +60,29 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> list[Tensor]:
 def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
           name: str | None = None, *, optimize: bool = True,
           target: str | None = None) -> Lowered:
-    """Lower ``outputs`` computed from ``inputs`` (placeholders and scalar ``tc.var`` s).
+    """The loop IR of ``outputs`` computed from ``inputs``: what the backends compile.
+
+    ``inputs`` lists the placeholders (and scalar ``tc.var`` s no shape determines) in
+    argument order.  The outputs go through the same preparation as ``tc.build`` (zero
+    elimination where needed, inlining); ``str()`` of the result is the readable loop IR,
+    ``.cost(sizes)`` its static cost.
 
     ``target=None`` gives the target-independent loop IR; ``target="llvm"`` or ``"cuda"``
     the loop IR that target compiles (bounds checks added, then its schedule).
     ``optimize=False`` lowers the outputs as written (no zero elimination); outputs of
     ``tc.gradient(..., optimize=False)`` are kept as written in any case.
+
+    Example::
+
+        >>> n = tc.var("n")
+        >>> A = tc.placeholder((n, 8), name="A")
+        >>> S = tc.compute((n,), lambda i: A[i, 0] * 2.0 + A[i, 7], name="S")
+        >>> print(tc.lower(S, [A]))
+        func S(A: float32[n, 8]) -> (S: float32[n]) params(n) {
+          parallel for (i, 0, n) {
+            S[i] = A[i, 0] * 2.0 + A[i, 7]
+          }
+        }
     """
     from . import pipeline
 
@@ -107,6 +124,18 @@ def cost(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any] | None = None
     expressions in the size variables (see :mod:`tecomp.cost` for when that is possible).
     ``optimize=False`` counts the program as written, without zero elimination (for
     comparing a naive gradient with its optimised form).
+
+    Example::
+
+        >>> n = tc.var("n")
+        >>> A = tc.placeholder((n, 8), name="A")
+        >>> k = tc.reduce_axis(8, name="k")
+        >>> T = tc.compute((n,), lambda i: tc.sum(A[i, k] * A[i, k], axis=k), name="T")
+        >>> c = tc.cost([T], sizes={n: 100})       # one multiply-add per (i, k)
+        >>> c.flops, c.iterations, c.bytes
+        (1600, 800, 0)
+        >>> tc.cost([T]).flops                      # symbolic without sizes
+        16*n
     """
     from . import pipeline
 

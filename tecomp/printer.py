@@ -117,7 +117,21 @@ def unique_names(tensors: Iterable[Tensor]) -> dict[int, str]:
 
 
 def show(tensors: Tensor | Iterable[Tensor]) -> str:
-    """The whole compute DAG of ``tensors`` as text, producers first."""
+    """The whole compute DAG of ``tensors`` as text, producers first, one stage a line.
+
+    Each line is ``name[axes] = body    : dtype[shape]``; reductions print their axes with
+    extents (``sum(..., axis=[k:8])``).  The text is deterministic (names that repeat get a
+    suffix), so it can be compared and diffed.
+
+    Example::
+
+        >>> A = tc.placeholder((4, 8), name="A")
+        >>> k = tc.reduce_axis(8, name="k")
+        >>> S = tc.compute((4,), lambda i: tc.sum(A[i, k] * 2.0, axis=k), name="S")
+        >>> print(tc.show(S))
+        A = placeholder    : float32[4, 8]
+        S[i] = sum(A[i, k] * 2.0, axis=[k:8])    : float32[4]
+    """
     if isinstance(tensors, Tensor):
         tensors = [tensors]
     order = topo_order(list(tensors))

@@ -55,15 +55,37 @@ class ScatterOp:
     init: Tensor | None = None
 
 
+class Shape(tuple):
+    """A tensor's shape: a tuple of integer expressions, printed as ``(n, 64)``.
+
+    A constant entry behaves as a Python int (``int()``, ``operator.index``, ``range``,
+    ``==``), so ``X.shape == (3, 4)`` and ``np.zeros(X.shape)`` work; ``int()`` of a symbolic
+    entry raises a :class:`~tecomp.errors.DeclarationError` naming its variables.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(str(s) for s in self)
+        return f"({inner},)" if len(self) == 1 else f"({inner})"
+
+
 @dataclass(frozen=True, eq=False)
 class Tensor:
-    """A tensor of a given shape and dtype; index it (``T[i, j]``) to read an element."""
+    """A tensor of a given shape and dtype; index it (``T[i, j]``) to read an element.
+
+    ``shape`` is a :class:`Shape` (constant entries behave as ints), ``ndim`` its length.
+    """
 
     name: str
     shape: tuple[Expr, ...]
     dtype: str
     op: PlaceholderOp | ConstantOp | ComputeOp | ScatterOp
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if type(self.shape) is not Shape:
+            object.__setattr__(self, "shape", Shape(self.shape))
 
     @property
     def ndim(self) -> int:

@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tecomp.errors import CompileError
+from tecomp.logs import timed
 
 from ..cache import CompileCache
 
@@ -148,9 +149,10 @@ def compile_cuda(source: str, arch: str = DEFAULT_ARCH, *, compiler: str | None 
         errors = []
         for c in order:
             try:
-                if c == "nvrtc":
-                    return _compile_nvrtc(source, arch)
-                return compile_many_nvcc([source], arch)[0]
+                with timed(c):
+                    if c == "nvrtc":
+                        return _compile_nvrtc(source, arch)
+                    return compile_many_nvcc([source], arch)[0]
             except CompileError as err:
                 errors.append(err)
                 if compiler is not None or not _missing_headers(str(err)):

@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import expr as E
 from ...errors import CompileError, TecompError
+from ...logs import timed
 from ...loopir import Buffer, LoweredFunc
 from ..cache import KERNELS, CompileCache
 from ..disk_cache import DiskCache, default_cache
@@ -134,7 +135,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                 raise CompileError(
                     f"emit: could not emit LLVM IR for {func.name!r}: "
                     f"{type(err).__name__}: {err}") from err
-            out = compile_ir(module, symbol_name(func.name), speed_level=speed_level)
+            with timed("llvm"):
+                out = compile_ir(module, symbol_name(func.name), speed_level=speed_level)
             out.threads = threads
             return out
 

@@ -16,8 +16,8 @@ from ..tensor import Tensor
 
 
 def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        v = (v, v)
+    if hasattr(v, "__index__"):  # an int, or a constant shape entry
+        v = (v, v)  # type: ignore[assignment]
     v = tuple(int(x) for x in v)
     if len(v) != 2:
         raise DeclarationError(f"{what} must be an int or a pair, got {v!r}")
@@ -51,7 +51,19 @@ def conv2d(X: Tensor, W: Tensor, stride: int | Sequence[int] = 1,
            groups: int = 1, name: str = "conv2d") -> Tensor:
     """2-D convolution (cross-correlation) of NCHW ``X`` with KCRS ``W``.
 
-    ``groups == C == K`` with ``W`` of shape (K, 1, R, S) is a depthwise convolution.
+    ``out[b, f, y, x] = sum_{c, r, s} Xpad[b, g*C/groups + c, y*sh + r*dh, x*sw + s*dw]
+    * W[f, c, r, s]`` with ``g = f // (K/groups)``: the channels split into ``groups``
+    groups, ``W`` has shape ``(K, C/groups, R, S)``.  ``groups == C == K`` (``W`` of shape
+    ``(K, 1, R, S)``) is a depthwise convolution.
+
+    Example::
+
+        >>> X = tc.placeholder((1, 4, 8, 8), name="X")
+        >>> W = tc.placeholder((6, 2, 3, 3), name="W")
+        >>> Y = tc.ops.conv2d(X, W, padding=1, groups=2)
+        >>> Y.shape
+        (1, 6, 8, 8)
+        >>> dX, dW = tc.gradient(Y, [X, W])
     """
     if X.ndim != 4 or W.ndim != 4:
         raise DeclarationError(f"conv2d: X ({X.name}) and W ({W.name}) must be 4-D (NCHW, KCRS)")
@@ -63,6 +75,7 @@ def conv2d(X: Tensor, W: Tensor, stride: int | Sequence[int] = 1,
     if not all(isinstance(v, Expr) and hasattr(v, "value") for v in (r, s)):
         raise DeclarationError(f"conv2d: the kernel size of {W.name} must be constant")
     r_, s_ = int(r.value), int(s.value)
+    kg = 1 if groups == 1 else _check_groups(groups, c, k, cg, X, W, name)
     oh = _out_extent(h, ph, r_, sh, dh, f"conv2d {name}")
     ow = _out_extent(w, pw, s_, sw, dw, f"conv2d {name}")
     P = pad2d(X, (ph, pw))
@@ -76,14 +89,41 @@ def conv2d(X: Tensor, W: Tensor, stride: int | Sequence[int] = 1,
                 P[b, rc, y * sh + ry * dh, x * sw + rx * dw] * W[f, rc, ry, rx],
                 axis=[rc, ry, rx]),
             name=name, tag="conv2d")
-    if hasattr(cg, "value") and cg.value == 1:
+    if cg == 1 and kg == 1:
         return tc.compute(
             (n, k, oh, ow),
             lambda b, f, y, x: tc.sum(
                 P[b, f, y * sh + ry * dh, x * sw + rx * dw]
                 * W[f, 0, ry, rx], axis=[ry, rx]),
             name=name, tag="depthwise_conv2d")
-    raise DeclarationError(f"conv2d {name}: only groups=1 and depthwise convolutions are supported")
+    rc = tc.reduce_axis(cg, name="rc")
+    return tc.compute(
+        (n, k, oh, ow),
+        lambda b, f, y, x: tc.sum(
+            P[b, (f // kg) * cg + rc, y * sh + ry * dh, x * sw + rx * dw] * W[f, rc, ry, rx],
+            axis=[rc, ry, rx]),
+        name=name, tag="grouped_conv2d")
+
+
+def _check_groups(groups: int, c: Expr, k: Expr, cg: Expr, X: Tensor, W: Tensor,
+                  name: str) -> int:
+    """``K / groups`` (the output channels per group), after checking the channel counts."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise DeclarationError(f"conv2d {name}: groups must be a positive int, got {groups!r}")
+    if not (hasattr(k, "value") and hasattr(cg, "value")):
+        raise DeclarationError(
+            f"conv2d {name}: with groups={groups} the output channels (axis 0) and input "
+            f"channels per group (axis 1) of {W.name} must be constant")
+    if int(k.value) % groups:
+        raise DeclarationError(
+            f"conv2d {name}: {W.name}'s {k.value} output channels (axis 0) are not divisible "
+            f"by groups={groups}")
+    if hasattr(c, "value") and int(c.value) != groups * int(cg.value):
+        raise DeclarationError(
+            f"conv2d {name}: {X.name} has {c.value} channels (axis 1) but groups={groups} "
+            f"times {W.name}'s {cg.value} channels per group (axis 1) is "
+            f"{groups * int(cg.value)}")
+    return int(k.value) // groups
 
 
 def _pool(X: Tensor, kernel, stride, padding, dilation, kind: str, name: str) -> Tensor:
@@ -216,15 +256,36 @@ def layer_norm(X: Tensor, gamma: Tensor | None = None, beta: Tensor | None = Non
 
 
 def take(E: Tensor, indices: Tensor, axis: int = 0, name: str = "take") -> Tensor:
-    """Gather rows: ``out[i, ...] = E[indices[i], ...]`` along ``axis`` (indices 1-D, int)."""
-    if indices.ndim != 1 or indices.dtype not in ("int32", "int64"):
-        raise DeclarationError(f"take: indices {indices.name} must be a 1-D integer tensor")
+    """Gather along ``axis`` with integer ``indices`` of any rank, as ``numpy.take``.
+
+    ``out[i..., j..., k...] = E[i..., indices[j...], k...]``: the result's shape is
+    ``E.shape[:axis] + indices.shape + E.shape[axis + 1:]``.  Its gradient is a scatter-add
+    into ``E``.
+
+    Example::
+
+        >>> E = tc.placeholder((1000, 64), name="E")        # an embedding table
+        >>> idx = tc.placeholder((8, 16), name="idx", dtype="int64")
+        >>> tc.ops.take(E, idx).shape
+        (8, 16, 64)
+        >>> e, ix = np.arange(6.0).reshape(3, 2), np.array([[2, 0], [1, 1]])
+        >>> T, I = tc.placeholder((3, 2), dtype="float64"), tc.placeholder((2, 2), dtype="int64")
+        >>> bool((tc.evaluate(tc.ops.take(T, I, axis=0), {T: e, I: ix})[0]
+        ...       == np.take(e, ix, axis=0)).all())
+        True
+    """
+    if indices.dtype not in ("int32", "int64"):
+        raise DeclarationError(
+            f"take: indices {indices.name} must be an integer tensor, not {indices.dtype}")
+    if not -E.ndim <= axis < E.ndim:
+        raise DeclarationError(f"take: axis {axis} is out of range for {E.name} "
+                               f"with {E.ndim} dimension(s)")
     axis = axis % E.ndim
-    shape = E.shape[:axis] + (indices.shape[0],) + E.shape[axis + 1:]
+    m = indices.ndim
+    shape = E.shape[:axis] + indices.shape + E.shape[axis + 1:]
 
     def _f(*i):
-        idx = list(i)
-        idx[axis] = tc.cast(indices[i[axis]], "int64")
-        return E[tuple(idx)]
+        at = tc.cast(indices[tuple(i[axis:axis + m])], "int64")
+        return E[tuple(i[:axis]) + (at,) + tuple(i[axis + m:])]
 
     return tc.compute(shape, _f, name=name, tag="take")

@@ -61,13 +61,16 @@ def test_explain_unoptimized_gradient_and_cost_ratio():
         tc.explain(naive, warn=True)
 
 
-def test_explain_reports_scatter():
+def test_explain_notes_an_inherent_scatter():
+    # the gradient of a gather scatters into data-dependent rows: inherent, O(domain), so a
+    # note and no finding (no cost finding either: the forward moves data without flops)
     E = tc.placeholder((10, 4), name="E")
     idx = tc.placeholder((5,), name="idx", dtype="int64")
-    (dE,) = tc.gradient(tc.ops.take(E, idx), [E])
-    report = tc.explain(dE)
-    assert report.kinds() == {"scatter"}
-    assert "idx" in str(report)
+    T = tc.ops.take(E, idx)
+    (dE,) = tc.gradient(T, [E])
+    report = tc.explain(dE, reference=T)
+    assert not report and report.kinds() == set()
+    assert "idx" in str(report) and "the gradient of a gather): inherent" in str(report)
 
 
 def test_explain_delta_inside_nonlinear_function():
@@ -90,3 +93,40 @@ def test_explain_guard_that_is_not_affine():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tc.explain(S)  # warn=False: no warning
+
+
+def test_explain_conv_gradient_with_a_head_is_clean():
+    # each adjoint costs about the forward; the gradient as a whole about twice: no finding,
+    # and never a "look at the findings above" with no finding above
+    X, W, Y = _conv()
+    H = tc.placeholder(Y.shape, name="H")
+    report = tc.explain(tc.gradient(Y, [X, W], head=H), reference=Y)
+    assert not report, str(report)
+
+
+def test_explain_cost_finding_names_the_output_and_says_what_to_look_at():
+    X, W, Y = _conv()
+    (dX,) = tc.gradient(Y, [X], optimize=False)
+    report = tc.explain(dX, reference=Y)
+    costs = [f for f in report.findings if f.kind == "cost"]
+    assert [f.tensor for f in costs] == ["X_grad"]
+    assert "look at the findings above" in costs[0].message
+    A = tc.placeholder((64, 64), name="A")
+    k = tc.reduce_axis(64, name="k")
+    cheap = tc.compute((64,), lambda i: A[i, 0] * 2.0, name="cheap")
+    dear = tc.compute((64,), lambda i: tc.sum(A[i, k] * A[k, i], axis=k), name="dear")
+    alone = tc.explain(dear, reference=cheap)
+    assert alone.kinds() == {"cost"}
+    assert "look at the findings above" not in str(alone)
+    assert "no stage has a delta, guard or avoidable scatter left" in str(alone)
+
+
+def test_explain_clamped_index_is_not_called_data_dependent():
+    A0 = tc.placeholder((10, 10), name="A0")
+    k = tc.reduce_axis(4, name="k")
+    B = tc.compute((10,), lambda j: tc.sum(A0[tc.minimum(j + k, 9), j], axis=k), name="B")
+    report = tc.explain(tc.gradient(B, [A0]), reference=B)
+    text = str(report)
+    assert "min(j + k, 9)" in text and "clamp" in text
+    assert "depends on data" not in text and "destination is data" not in text
+    assert not report
