@@ -120,7 +120,7 @@ def _body_tensors(updates: Sequence[Tensor], states: Sequence[Tensor]) -> tuple[
 
 def _step_order(name: str, body: list[Tensor], updates: Sequence[Tensor],
                 states: Sequence[Tensor], steps: int, reverse: bool,
-                same_step_states: bool) -> list[Tensor]:
+                internal: bool) -> list[Tensor]:
     """The body in an order where every same-step read follows its producer; checks lags."""
     sign = -1 if reverse else 1  # a read of an earlier step has offset * sign < 0
     state_of = {id(s): k for k, s in enumerate(states)}
@@ -148,12 +148,12 @@ def _step_order(name: str, body: list[Tensor], updates: Sequence[Tensor],
                     raise DeclarationError(
                         f"scan {name!r}: {b.name!r} reads the state {src.name!r} at time "
                         f"{r.indices[0]}, not at {tv.name} - d for a constant lag d (in {r})")
-                if d * sign > 0 or (d == 0 and not same_step_states):
+                if d * sign > 0 or (d == 0 and not internal):
                     raise DeclarationError(
                         f"scan {name!r}: {b.name!r} reads the state {src.name!r} at step "
                         f"{r.indices[0]}, the current or a later step; a state can be read "
                         f"only at {tv.name} - d with a constant d >= 1 (in {r})")
-                if abs(d) > steps:
+                if abs(d) > steps and not internal:
                     raise DeclarationError(
                         f"scan {name!r}: {b.name!r} reads the state {src.name!r} with lag "
                         f"{abs(d)}, but init gives only {steps} step(s); make init's first "
@@ -193,7 +193,7 @@ def _step_order(name: str, body: list[Tensor], updates: Sequence[Tensor],
 # ------------------------------------------------------------------------------ building
 def make_scan(name: str, init: Sequence[Tensor], update: Sequence[Tensor],
               state: Sequence[Tensor], *, reverse: bool = False,
-              same_step_states: bool = False) -> list[Tensor]:
+              internal: bool = False) -> list[Tensor]:
     """Build the scan node and its output tensors (one per state); checks as ``tc.scan``."""
     init, update, state = tuple(init), tuple(update), tuple(state)
     steps: int | None = None
@@ -243,7 +243,7 @@ def make_scan(name: str, init: Sequence[Tensor], update: Sequence[Tensor],
                     f"scan {name!r}: init {i0.name!r} reads the state {t.name!r}; the given "
                     "steps cannot depend on the scan's own result")
     body, outer = _body_tensors(update, state)
-    order = _step_order(name, body, update, state, steps or 0, reverse, same_step_states)
+    order = _step_order(name, body, update, state, steps or 0, reverse, internal)
     outer_all: list[Tensor] = []
     for t in list(init) + outer:
         if not any(t is x for x in outer_all):
@@ -316,7 +316,7 @@ def rescan(sc: Scan, init: Sequence[Tensor], update: Sequence[Tensor]) -> Scan:
         s.attrs.pop(STATE_ATTR, None)
     try:
         outs = make_scan(sc.name, init, update, sc.state, reverse=sc.reverse,
-                         same_step_states=True)
+                         internal=True)
     finally:
         for s in sc.state:
             s.attrs[STATE_ATTR] = sc.name

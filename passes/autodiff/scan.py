@@ -1,0 +1,227 @@
+"""Reverse mode through a scan: the adjoint recurrence, itself a scan running backward in time.
+
+A forward scan with states ``S_k`` (``L`` given steps, time extent ``T``) and steps
+``S_k[t] = U_k(t; S[t - d], X)`` for ``t >= L`` has, for heads ``G_k = dℓ/dS_k`` (what the
+rest of the graph contributes), full adjoints ``A_k`` that satisfy the backward recurrence
+
+    A_k[t] = G_k[t] + Σ_m Σ_d (∂U_m[t + d] / ∂S_k[t])ᵀ A_m[t + d]        (t + d >= L)
+
+so ``A_k`` is a *reverse* scan (no given steps; ``t = T - 1`` down to ``0``) whose step reads its
+own states only at ``t + d``.  Its step comes from the existing reverse-mode pass applied to one
+scalar: with new placeholders ``Q_m`` standing for ``A_m``,
+
+    J = Σ_m Σ_{t, i} Q_m[t, i] · Û_m[t, i]          Û: the step, masked to its steps (t >= L)
+
+``∂J/∂state_k`` is the sum above (a tensor of the state's shape reading ``Q`` at ``t + d``
+after zero elimination), and ``∂J/∂X`` is each outer tensor's contribution.  The mask
+``select(t >= L, body, 0)``, put on every step tensor, keeps rows that the forward scan never
+computed out of the derivative and guards their reads (``state[t - 1]`` at ``t = 0``).
+Forward values in these derivatives are read back from the stored states: ``state_k`` becomes
+``S_k``, a step tensor ``B`` becomes a recomputation of it from ``S`` (an outer stage, O(T)),
+and ``U_k`` itself becomes ``select(t >= L, S_k[t], 0)``.  Zero elimination runs on the
+adjoint step (with everything outside it hidden behind placeholders) before the adjoint scan
+is built, since the step order needs constant time offsets.  Finally ``Q_m`` becomes the
+adjoint scan's result ``A_m`` in the outer contributions, and init ``k`` receives
+``A_k[r]`` for its rows ``r < L``.
+
+Worked example, cumsum (``L = 1``): ``U[t, i] = state[t - 1, i] + X[t, i]``.  Then
+``∂J/∂state[j0, j1] = Σ_{t,i} Q[t, i] · select(t >= 1, δ(j0, t - 1) δ(j1, i), 0)``, which zero
+elimination turns into ``select(j0 + 1 <= T - 1, Q[j0 + 1, j1], 0)``, so the adjoint step is
+``A[t, j] = G[t, j] + (t + 1 < T ? A[t + 1, j] : 0)`` (a reverse cumsum, O(T·n)), and
+``dX[t, j] = select(t >= 1, A[t, j], 0)``, ``dinit[0, j] = A[0, j]``.
+
+The scan's derivative is O(T) in time; it stores every forward state (a ``checkpoint`` option
+is not implemented).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tecomp import dtypes
+from tecomp import expr as E
+from tecomp.errors import DifferentiationError
+from tecomp.functor import RemapReads, input_tensors, topo_order
+from tecomp.scan import make_scan, replace_tensors
+from tecomp.scan_op import Scan, ScanOp
+from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+def _axes(shape: Sequence[E.Expr], base: str, kind: str = "data") -> tuple[E.IterVar, ...]:
+    return tuple(E.IterVar(E.Var(f"{base}{m}", "int64"), E.Const(0, "int64"), s, kind)
+                 for m, s in enumerate(shape))
+
+
+def _compute(name: str, shape: Sequence[E.Expr], dtype: str, fn: Any) -> Tensor:
+    axes = _axes(shape, "a")
+    body = E.as_expr(fn(*[a.var for a in axes]))
+    if isinstance(body, E.Zero):
+        body = E.Const(0.0, dtype)
+    return Tensor(name, tuple(shape), dtype, ComputeOp(axes, E.cast(body, dtype), None))
+
+
+def step_condition(sc: Scan, t: E.Expr) -> E.Expr | None:
+    """Where ``sc`` computes a step at time ``t`` (None: at every t)."""
+    if sc.steps == 0:
+        return None
+    if sc.reverse:
+        return E.compare(E.LT, t, E.sub(sc.extent, E.Const(sc.steps, "int64")))
+    return E.compare(E.GE, t, E.Const(sc.steps, "int64"))
+
+
+def _masked_body(sc: Scan) -> dict[int, Tensor]:
+    """Every step tensor with its body under ``select(step, body, 0)``, reads re-pointed."""
+    ids = {id(b) for b in sc.body}
+    new: dict[int, Tensor] = {}
+    for b in topo_order(list(sc.update)):
+        if id(b) not in ids:
+            continue
+        op = b.op
+        body = RemapReads(new).visit(op.body)
+        cond = step_condition(sc, op.axes[0].var)
+        if cond is not None:
+            body = E.select(cond, body, E.Zero(b.dtype))
+        new[id(b)] = Tensor(b.name, b.shape, b.dtype, ComputeOp(op.axes, body, op.tag))
+    return new
+
+
+def _depends(roots: Sequence[Tensor], leaves: set[int]) -> dict[int, bool]:
+    dep: dict[int, bool] = {}
+    for t in topo_order(list(roots)):
+        dep[id(t)] = id(t) in leaves or any(dep.get(id(d), False) for d in input_tensors(t))
+    return dep
+
+
+def _optimize_step(updates: list[Tensor], states: list[Tensor]) -> list[Tensor]:
+    """Zero elimination and simplification on the tensors of an adjoint step only: every
+    tensor that does not depend on a state is hidden behind a placeholder meanwhile."""
+    from tecomp.passes.simplify import simplify
+    from tecomp.passes.zero_elimination import eliminate_zeros
+
+    dep = _depends(updates, {id(s) for s in states})
+    hide: dict[int, Tensor] = {}
+    back: dict[int, Tensor] = {}
+    for t in topo_order(updates):
+        if dep.get(id(t)) or t.is_placeholder or t.is_constant:
+            continue
+        if any(dep.get(id(c)) and any(d is t for d in input_tensors(c))
+               for c in topo_order(updates)):
+            ph = Tensor(t.name, t.shape, t.dtype, PlaceholderOp())
+            hide[id(t)] = ph
+            back[id(ph)] = t
+    hidden = replace_tensors(updates, hide)
+    done = simplify(eliminate_zeros(hidden))
+    return replace_tensors(done, back)
+
+
+def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> dict[int, Tensor]:
+    """The contribution of ``sc`` to the adjoint of each target (``id -> tensor`` of the
+    target's shape), given the heads ``{state index: adjoint of that state}``."""
+    from .reverse import differentiate
+
+    outs = sc.outputs
+    dtype = outs[0].dtype
+    K = len(outs)
+    masked = _masked_body(sc)
+    adj_states = [Tensor(f"{o.name}_adj", o.shape, o.dtype, PlaceholderOp()) for o in outs]
+    j_axes = []
+    total: E.Expr = E.Zero(dtype)
+    for k, (q, u) in enumerate(zip(adj_states, sc.update)):
+        r = _axes(q.shape, f"r{k}_", "reduce")
+        idx = tuple(a.var for a in r)
+        term = E.mul(E.TensorRead(q, idx, q.dtype), E.TensorRead(masked[id(u)], idx, u.dtype))
+        total = E.add(total, E.cast(E.Reduce("sum", term, r, None, q.dtype), dtype))
+        j_axes.append(r)
+    J = Tensor(f"{sc.name}_vjp", (), dtype, ComputeOp((), total, None))
+    one = Tensor(f"{sc.name}_one", (), dtype, ComputeOp((), E.Const(1.0, dtype), None))
+    floats = [x for x in targets if dtypes.is_float(x.dtype)]
+    wrt = list(sc.state) + floats
+    grads = differentiate(J, wrt, one)
+    d_state, d_outer = grads[:K], grads[K:]
+    # the adjoint step: A_k = G_k + dJ/dstate_k, forward values read from the stored states
+    updates = []
+    for k, o in enumerate(outs):
+        g = heads.get(k)
+        d = d_state[k]
+        updates.append(_compute(
+            f"{o.name}_adj_step", o.shape, o.dtype,
+            lambda *ix, g=g, d=d: E.add(E.Zero(o.dtype) if g is None else
+                                        E.TensorRead(g, ix, g.dtype), E.TensorRead(d, ix, d.dtype))))
+    fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
+    for k, u in enumerate(sc.update):
+        o = outs[k]
+        fwd[id(masked[id(u)])] = _compute(
+            f"{u.name}_value", o.shape, o.dtype,
+            lambda *ix, o=o: _guard(sc, ix[0], E.TensorRead(o, ix, o.dtype)))
+    updates = replace_tensors(updates, fwd)
+    d_outer = replace_tensors(d_outer, fwd)
+    updates = _optimize_step(updates, adj_states)
+    inits = [_compute(f"{o.name}_adj_init", (E.Const(0, "int64"),) + o.shape[1:], o.dtype,
+                      lambda *ix: 0.0) for o in outs]
+    try:
+        A = make_scan(f"{sc.name}_adj", inits, updates, adj_states, reverse=not sc.reverse,
+                      internal=True)
+    except Exception as err:  # noqa: BLE001 - reported as a derivative failure
+        raise DifferentiationError(
+            f"the derivative of scan {sc.name!r} has a step that cannot run as a scan: "
+            f"{err}") from err
+    d_outer = replace_tensors(d_outer, {id(q): a for q, a in zip(adj_states, A)})
+    result: dict[int, Tensor] = {id(x): c for x, c in zip(floats, d_outer)}
+    for k, i0 in enumerate(sc.init):
+        if not any(i0 is x for x in floats):
+            continue
+        a = A[k]
+        off = E.sub(sc.extent, E.Const(sc.steps, "int64")) if sc.reverse else None
+        c = _compute(f"{i0.name}_from_{sc.name}", i0.shape, i0.dtype,
+                     lambda *ix, a=a, off=off: E.TensorRead(
+                         a, ((ix[0] if off is None else E.add(off, ix[0])),) + ix[1:], a.dtype))
+        prev = result.get(id(i0))
+        if prev is not None:
+            c = _compute(c.name, i0.shape, i0.dtype,
+                         lambda *ix, c=c, prev=prev: E.add(E.TensorRead(c, ix, c.dtype),
+                                                           E.TensorRead(prev, ix, prev.dtype)))
+        result[id(i0)] = c
+    return result
+
+
+def _guard(sc: Scan, t: E.Expr, value: E.Expr) -> E.Expr:
+    cond = step_condition(sc, t)
+    return value if cond is None else E.select(cond, value, E.Zero(value.dtype))
+
+
+def scan_contributions(ctx: Any, y: Tensor, adjoint: dict[int, Tensor], order: list[Tensor],
+                       reach: dict[int, bool], jvars: dict[int, tuple[E.Var, ...]]):
+    """``(x, [terms])`` for the outer tensors of ``y``'s scan, once the adjoints of all of the
+    scan's states in ``order`` are known (at the state that comes first in ``order``)."""
+    sc = y.op.scan
+    members = [t for t in order if isinstance(t.op, ScanOp) and t.op.scan is sc
+               and reach.get(id(t))]
+    if members[0] is not y:
+        return
+    if ctx.prefix:
+        raise DifferentiationError(
+            f"tc.jacobian through the scan {sc.name!r} is not supported; use tc.gradient "
+            "with a head, or tc.jvp")
+    heads: dict[int, Tensor] = {}
+    for m in members:
+        h = adjoint.get(id(m))
+        if h is None:
+            continue
+        k = m.op.index
+        if k in heads:
+            prev = heads[k]
+            h = _compute(h.name, h.shape, h.dtype,
+                         lambda *ix, h=h, prev=prev: E.add(E.TensorRead(h, ix, h.dtype),
+                                                           E.TensorRead(prev, ix, prev.dtype)))
+        heads[k] = h
+    targets = [x for x in input_tensors(y) if reach.get(id(x))]
+    if not targets:
+        return
+    contrib = scan_vjp(sc, heads, targets)
+    for x in targets:
+        c = contrib.get(id(x))
+        if c is None:
+            continue
+        if id(x) not in jvars:
+            jvars[id(x)] = ctx.fresh_vars(x)
+        yield x, [E.TensorRead(c, ctx.prefix + jvars[id(x)], c.dtype)]
