@@ -71,6 +71,7 @@ from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
 from .loop_order import contiguous_reduction_last, reorder_sum
+from .lower_scan import lower_scan
 from .lower_stage import (
     AllocMark,
     Context,
@@ -80,7 +81,6 @@ from .lower_stage import (
     lower_scatter,
     lower_stage,
 )
-from .lower_scan import lower_scan
 from .residue_split import split_window_sum
 
 

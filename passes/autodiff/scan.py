@@ -143,10 +143,8 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     for k, o in enumerate(outs):
         g = heads.get(k)
         d = d_state[k]
-        updates.append(_compute(
-            f"{o.name}_adj_step", o.shape, o.dtype,
-            lambda *ix, g=g, d=d: E.add(E.Zero(o.dtype) if g is None else
-                                        E.TensorRead(g, ix, g.dtype), E.TensorRead(d, ix, d.dtype))))
+        updates.append(_compute(f"{o.name}_adj_step", o.shape, o.dtype,
+                                lambda *ix, g=g, d=d: _plus(g, d, ix)))
     fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
     for k, u in enumerate(sc.update):
         o = outs[k]
@@ -182,6 +180,11 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
                                                            E.TensorRead(prev, ix, prev.dtype)))
         result[id(i0)] = c
     return result
+
+
+def _plus(g: Tensor | None, d: Tensor, ix: tuple[E.Expr, ...]) -> E.Expr:
+    read = E.TensorRead(d, ix, d.dtype)
+    return read if g is None else E.add(E.TensorRead(g, ix, g.dtype), read)
 
 
 def _guard(sc: Scan, t: E.Expr, value: E.Expr) -> E.Expr:

@@ -1,0 +1,83 @@
+"""Scans: forward values against NumPy, compiled kernels against the reference evaluator, and
+gradients against central finite differences (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tests.gradcheck import check_gradient
+from tests.passes.autodiff.scan_cases import CASES
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_matches_numpy(name, rng):
+    c = CASES[name](rng)
+    (got,) = tc.evaluate([c.output], c.arrays)
+    np.testing.assert_allclose(got, c.reference(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, rng):
+    c = CASES[name](rng)
+    head = rng.standard_normal(c.reference().shape)
+    check_gradient(c.output, c.inputs, c.arrays, head=head, optimize=True, convergence=True)
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod_zeros", "fibonacci", "elman"])
+def test_naive_gradient_matches_finite_differences(name, rng):
+    c = CASES[name](rng)
+    check_gradient(c.output, c.inputs, c.arrays, optimize=False)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_llvm_forward_and_gradient_match_evaluator(name, rng):
+    c = CASES[name](rng)
+    grads = tc.gradient(c.output, c.inputs)
+    ins = list(c.arrays)
+    kernel = tc.build([c.output, *grads], ins)
+    got = kernel(*[c.arrays[t] for t in ins])
+    want = tc.evaluate([c.output, *grads], c.arrays)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_cumprod_gradient_exact_with_zeros(rng):
+    c = CASES["cumprod_zeros"](rng)
+    (X,) = c.inputs
+    x = c.arrays[X]
+    (dX,) = tc.gradient(c.output, [X])
+    (got,) = tc.evaluate([dX], c.arrays)
+    want = np.zeros_like(x)  # d/dx[s, j] of sum_t prod_{r<=t} x[r, j]
+    for j in range(x.shape[1]):
+        for s in range(x.shape[0]):
+            for t in range(s, x.shape[0]):
+                want[s, j] += np.prod(np.delete(x[:t + 1, j], s))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert np.all(np.isfinite(got))
+
+
+def test_cumsum_gradient_cost_is_linear_in_time():
+    m, n = tc.var("m"), tc.var("n")
+    X = tc.placeholder((m, n), name="X")
+    (dX,) = tc.gradient(tc.ops.cumsum(X, 0), [X])
+    f1 = tc.cost([dX], [X], sizes={m: 1000, n: 16}).flops
+    f2 = tc.cost([dX], [X], sizes={m: 2000, n: 16}).flops
+    assert f1 > 0
+    assert abs(f2 / f1 - 2.0) <= 0.1  # doubling T doubles the flops (within 5%)
+    fwd = tc.cost([tc.ops.cumsum(X, 0)], [X], sizes={m: 2000, n: 16}).flops
+    assert fwd <= 2000 * 16
+
+
+def test_symbolic_cumsum_builds_and_runs(rng):
+    m, n = tc.var("m"), tc.var("n")
+    X = tc.placeholder((m, n), name="X", dtype="float64")
+    S = tc.ops.cumsum(X, 0)
+    (dX,) = tc.gradient(S, [X])
+    k = tc.build([S, dX], [X])
+    for shape in ((1, 3), (9, 4)):
+        x = rng.standard_normal(shape)
+        s, d = k(x)
+        np.testing.assert_allclose(s, np.cumsum(x, 0), rtol=1e-12)
+        np.testing.assert_allclose(d, np.arange(shape[0], 0, -1)[:, None] * np.ones(shape))
