@@ -69,7 +69,7 @@ def step_condition(sc: Scan, t: E.Expr) -> E.Expr | None:
     return E.compare(E.GE, t, E.Const(sc.steps, "int64"))
 
 
-def _masked_body(sc: Scan) -> dict[int, Tensor]:
+def masked_body(sc: Scan) -> dict[int, Tensor]:
     """Every step tensor with its body under ``select(step, body, 0)``, reads re-pointed."""
     ids = {id(b) for b in sc.body}
     new: dict[int, Tensor] = {}
@@ -122,7 +122,7 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     outs = sc.outputs
     dtype = outs[0].dtype
     K = len(outs)
-    masked = _masked_body(sc)
+    masked = masked_body(sc)
     adj_states = [Tensor(f"{o.name}_adj", o.shape, o.dtype, PlaceholderOp()) for o in outs]
     j_axes = []
     total: E.Expr = E.Zero(dtype)

@@ -1,0 +1,70 @@
+"""Forward mode through a scan: the tangent recurrence is a scan of the same direction.
+
+For ``S_k[t] = U_k(t; S[t - d], X)`` (``t >= L``) and tangents ``dX`` of the outer tensors,
+the tangents ``dS_k`` satisfy ``dS_k[t] = Σ_m ∂U_k/∂S_m[t - d] · dS_m[t - d] + ∂U_k/∂X · dX``,
+a scan over new state placeholders ``dstate_k`` (shape ``S_k.shape + direction extents``) whose
+step is the forward-mode tangent of the step with ``state_m`` seeded by ``dstate_m``.  The
+primal values the tangent step needs are read back from the stored states, as in reverse mode
+(:mod:`tecomp.passes.autodiff.scan`): every step tensor is masked to its steps
+(``select(t >= L, body, 0)``), ``state_k`` becomes ``S_k``, the update ``U_k`` becomes
+``select(t >= L, S_k[t], 0)``, and other step tensors are recomputed from ``S`` outside the
+scan.  The given steps' tangents are the tangents of the inits.
+
+Worked example, cumprod ``S[t] = S[t - 1] · X[t]``: the tangent step is
+``dS[t] = dS[t - 1] · X[t] + S[t - 1] · dX[t]``, with ``dS[0] = dX[0]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tecomp import expr as E
+from tecomp.scan import make_scan, replace_tensors
+from tecomp.scan_op import Scan
+from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
+
+from .context import TangentTensor
+
+
+def _compute(name: str, shape: tuple, dtype: str, fn: Any) -> Tensor:
+    axes = tuple(E.IterVar(E.Var(f"a{m}", "int64"), E.Const(0, "int64"), s, "data")
+                 for m, s in enumerate(shape))
+    body = E.cast(E.as_expr(fn(*[a.var for a in axes])), dtype)
+    return Tensor(name, shape, dtype, ComputeOp(axes, body, None))
+
+
+def scan_tangents(sc: Scan, tangents: dict[int, Any], dirs: tuple[E.IterVar, ...],
+                  names: Any, prefix: str) -> list[TangentTensor] | None:
+    """The tangents of every state of ``sc`` (None when no outer tensor has one)."""
+    from tecomp.passes.autodiff.scan import masked_body, step_condition
+
+    from .propagate import forward_tangents, materialize
+
+    if not any(id(x) in tangents for x in sc.outer):
+        return None
+    outs = sc.outputs
+    ext = tuple(a.extent for a in dirs)
+    dstates = [Tensor(f"{prefix}_{s.name}", s.shape + ext, s.dtype, PlaceholderOp())
+               for s in sc.state]
+    masked = masked_body(sc)
+    updates = [masked[id(u)] for u in sc.update]
+    seeds: dict[int, Any] = {id(x): tangents[id(x)] for x in sc.outer if id(x) in tangents}
+    for s, ds in zip(sc.state, dstates):
+        seeds[id(s)] = TangentTensor(ds, tuple(range(ds.ndim)))
+    inner = forward_tangents(updates, seeds, dirs=dirs, names=names, prefix=prefix)
+    steps = [materialize(inner.get(id(u)), u, dirs, name=f"{prefix}_{u.name}") for u in updates]
+    fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
+    for u, o in zip(updates, outs):
+        def value(*ix: E.Expr, o: Tensor = o) -> E.Expr:
+            read = E.TensorRead(o, ix, o.dtype)
+            cond = step_condition(sc, ix[0])
+            return read if cond is None else E.select(cond, read, E.Zero(o.dtype))
+        fwd[id(u)] = _compute(f"{u.name}_value", o.shape, o.dtype, value)
+    steps = replace_tensors(steps, fwd)
+    inits = [materialize(tangents.get(id(i0)), i0, dirs, name=f"{prefix}_{i0.name}")
+             for i0 in sc.init]
+    dS = make_scan(f"{prefix}_{sc.name}", inits, steps, dstates, reverse=sc.reverse,
+                   internal=True)
+    return [TangentTensor(t, tuple(range(t.ndim))) for t in dS]
+
+
