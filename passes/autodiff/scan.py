@@ -41,8 +41,8 @@ from typing import Any, Sequence
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
-from tecomp.functor import RemapReads, input_tensors, topo_order
-from tecomp.scan import make_scan, replace_tensors
+from tecomp.functor import ExprMutator, input_tensors, topo_order
+from tecomp.scan import make_scan, replace_tensors, time_offset
 from tecomp.scan_op import Scan, ScanOp
 from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -69,18 +69,44 @@ def step_condition(sc: Scan, t: E.Expr) -> E.Expr | None:
     return E.compare(E.GE, t, E.Const(sc.steps, "int64"))
 
 
-def masked_body(sc: Scan) -> dict[int, Tensor]:
-    """Every step tensor with its body under ``select(step, body, 0)``, reads re-pointed."""
+class _GuardReads(ExprMutator):
+    """Reads of a state or step tensor at another step, guarded to stay in bounds."""
+
+    def __init__(self, sc: Scan, t: E.Var, inner: dict[int, Tensor]) -> None:
+        super().__init__()
+        self.sc, self.t, self.inner = sc, t, inner
+        self.ids = {id(x) for x in sc.state} | {id(b) for b in sc.body}
+
+    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        src = self.inner.get(id(e.tensor), e.tensor)
+        read = E.TensorRead(src, idx, e.dtype)
+        if id(e.tensor) not in self.ids:
+            return e if src is e.tensor and all(x is y for x, y in zip(idx, e.indices)) else read
+        d = time_offset(idx[0], self.t)
+        if d == 0:
+            return read
+        if d is not None and d < 0:
+            cond = E.compare(E.GE, idx[0], E.Const(0, "int64"))
+        elif d is not None:
+            cond = E.compare(E.LT, idx[0], self.sc.extent)
+        else:
+            cond = E.logical_and(E.compare(E.GE, idx[0], E.Const(0, "int64")),
+                                 E.compare(E.LT, idx[0], self.sc.extent))
+        return E.select(cond, read, E.Zero(e.dtype))
+
+
+def guarded_body(sc: Scan) -> dict[int, Tensor]:
+    """Every step tensor with its reads of other steps guarded (``select(t - 1 >= 0,
+    state[t - 1], 0)``), so that its rows outside the scan's steps read nothing out of bounds;
+    the top-level operation of each body is kept (its derivative may read the value back)."""
     ids = {id(b) for b in sc.body}
     new: dict[int, Tensor] = {}
     for b in topo_order(list(sc.update)):
         if id(b) not in ids:
             continue
         op = b.op
-        body = RemapReads(new).visit(op.body)
-        cond = step_condition(sc, op.axes[0].var)
-        if cond is not None:
-            body = E.select(cond, body, E.Zero(b.dtype))
+        body = _GuardReads(sc, op.axes[0].var, new).visit(op.body)
         new[id(b)] = Tensor(b.name, b.shape, b.dtype, ComputeOp(op.axes, body, op.tag))
     return new
 
@@ -122,14 +148,15 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     outs = sc.outputs
     dtype = outs[0].dtype
     K = len(outs)
-    masked = masked_body(sc)
+    masked = guarded_body(sc)
     adj_states = [Tensor(f"{o.name}_adj", o.shape, o.dtype, PlaceholderOp()) for o in outs]
     j_axes = []
     total: E.Expr = E.Zero(dtype)
     for k, (q, u) in enumerate(zip(adj_states, sc.update)):
         r = _axes(q.shape, f"r{k}_", "reduce")
         idx = tuple(a.var for a in r)
-        term = E.mul(E.TensorRead(q, idx, q.dtype), E.TensorRead(masked[id(u)], idx, u.dtype))
+        head = _guard(sc, idx[0], E.TensorRead(q, idx, q.dtype))
+        term = E.mul(head, E.TensorRead(masked[id(u)], idx, u.dtype))
         total = E.add(total, E.cast(E.Reduce("sum", term, r, None, q.dtype), dtype))
         j_axes.append(r)
     J = Tensor(f"{sc.name}_vjp", (), dtype, ComputeOp((), total, None))
@@ -146,11 +173,8 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
         updates.append(_compute(f"{o.name}_adj_step", o.shape, o.dtype,
                                 lambda *ix, g=g, d=d: _plus(g, d, ix)))
     fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
-    for k, u in enumerate(sc.update):
-        o = outs[k]
-        fwd[id(masked[id(u)])] = _compute(
-            f"{u.name}_value", o.shape, o.dtype,
-            lambda *ix, o=o: _guard(sc, ix[0], E.TensorRead(o, ix, o.dtype)))
+    for k, u in enumerate(sc.update):  # the update's value at its steps is the state's;
+        fwd[id(masked[id(u)])] = outs[k]  # its other rows meet a zero head
     updates = replace_tensors(updates, fwd)
     d_outer = replace_tensors(d_outer, fwd)
     updates = _optimize_step(updates, adj_states)

@@ -36,7 +36,7 @@ def _compute(name: str, shape: tuple, dtype: str, fn: Any) -> Tensor:
 def scan_tangents(sc: Scan, tangents: dict[int, Any], dirs: tuple[E.IterVar, ...],
                   names: Any, prefix: str) -> list[TangentTensor] | None:
     """The tangents of every state of ``sc`` (None when no outer tensor has one)."""
-    from tecomp.passes.autodiff.scan import masked_body, step_condition
+    from tecomp.passes.autodiff.scan import guarded_body
 
     from .propagate import forward_tangents, materialize
 
@@ -46,7 +46,7 @@ def scan_tangents(sc: Scan, tangents: dict[int, Any], dirs: tuple[E.IterVar, ...
     ext = tuple(a.extent for a in dirs)
     dstates = [Tensor(f"{prefix}_{s.name}", s.shape + ext, s.dtype, PlaceholderOp())
                for s in sc.state]
-    masked = masked_body(sc)
+    masked = guarded_body(sc)
     updates = [masked[id(u)] for u in sc.update]
     seeds: dict[int, Any] = {id(x): tangents[id(x)] for x in sc.outer if id(x) in tangents}
     for s, ds in zip(sc.state, dstates):
@@ -54,12 +54,8 @@ def scan_tangents(sc: Scan, tangents: dict[int, Any], dirs: tuple[E.IterVar, ...
     inner = forward_tangents(updates, seeds, dirs=dirs, names=names, prefix=prefix)
     steps = [materialize(inner.get(id(u)), u, dirs, name=f"{prefix}_{u.name}") for u in updates]
     fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
-    for u, o in zip(updates, outs):
-        def value(*ix: E.Expr, o: Tensor = o) -> E.Expr:
-            read = E.TensorRead(o, ix, o.dtype)
-            cond = step_condition(sc, ix[0])
-            return read if cond is None else E.select(cond, read, E.Zero(o.dtype))
-        fwd[id(u)] = _compute(f"{u.name}_value", o.shape, o.dtype, value)
+    for u, o in zip(updates, outs):  # the update's value at the steps is the state's
+        fwd[id(u)] = o
     steps = replace_tensors(steps, fwd)
     inits = [materialize(tangents.get(id(i0)), i0, dirs, name=f"{prefix}_{i0.name}")
              for i0 in sc.init]
