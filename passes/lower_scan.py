@@ -10,12 +10,15 @@ A scan with states ``S_k`` (buffers of shape ``(T, ...)``), ``L`` given steps an
       ...                                            # one row of every body stage, in order
     }
 
-An update ``U_k`` stores straight into ``S_k``'s buffer and the state placeholder reads that
-buffer, so the state read ``state[t - 1, j]`` is a load of row ``t - 1`` of the result.  A
+An update ``U_k`` stores into its own buffer, whose row is then copied into ``S_k``'s (so no
+stage writes the buffer it reads: the CPU scheduler's register blocking and the vectoriser
+need that); the state placeholder reads ``S_k``'s buffer, so the state read
+``state[t - 1, j]`` is a load of row ``t - 1`` of the result.  A
 reverse scan runs ``u = 0 .. T - L - 1`` with ``t = T - L - 1 - u`` (a ``LetStmt``), and its
 given steps fill the last ``L`` rows.  The body stages keep full ``(T, ...)`` buffers (a
 reverse-mode derivative reads them back).  The row loop of a stage is the one-trip loop over
-its own time axis, so each stage is lowered by :func:`.lower_stage.lower_stage` unchanged; the
+its own time axis, so each stage is lowered like any other stage (a sum over the
+unit-stride axis by :func:`.loop_order.reorder_sum`, else :func:`.lower_stage.lower_stage`); the
 loop inside it (the first non-time axis) is ``"parallel"`` when the step is large enough to
 be worth threads (``PARALLEL_ROW`` elements).
 """
@@ -30,9 +33,10 @@ from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, Stmt, Store
 from tecomp.scan_op import Scan
 from tecomp.tensor import Tensor
 
-from .lower_stage import AllocMark, Context, block, fill, lower_stage
+from .loop_order import contiguous_reduction_last, reorder_sum
+from .lower_stage import AllocMark, Context, block, expression_lowerer, fill, lower_stage
 
-PARALLEL_ROW = 1 << 14  # elements of one step's row above which its loop may use threads
+PARALLEL_ROW = 1 << 12  # elements of one step's row from which its loop may use threads
 
 
 def _ident(name: str) -> str:
@@ -64,6 +68,21 @@ def _copy_rows(dst: Buffer, src: Buffer, offset: E.Expr, taken: set[str]) -> Stm
                        BufferLoad(src, tuple(vs), src.dtype))
     for d in range(len(src.shape) - 1, -1, -1):
         stmt = For(vs[d], E.Const(0, "int64"), src.shape[d], stmt)
+    return stmt
+
+
+def _copy_row(dst: Buffer, src: Buffer, t: E.Var, taken: set[str]) -> Stmt:
+    """``dst[t, ...] = src[t, ...]`` (one row)."""
+    names = set(taken)
+    vs = []
+    for d in range(1, len(src.shape)):
+        v = E.Var(fresh_name(f"c{d}", names))
+        names.add(v.name)
+        vs.append(v)
+    idx = (t,) + tuple(vs)
+    stmt: Stmt = Store(dst, idx, BufferLoad(src, idx, src.dtype))
+    for d in range(len(vs) - 1, -1, -1):
+        stmt = For(vs[d], E.Const(0, "int64"), src.shape[d + 1], stmt)
     return stmt
 
 
@@ -105,9 +124,6 @@ def lower_scan(ctx: Context, sc: Scan, members: list[Tensor]) -> list:
     updates = {id(u): k for k, u in enumerate(sc.update)}
     body_bufs: list[Buffer] = []
     for b in sc.body:
-        if id(b) in updates:
-            ctx.buffers[id(b)] = state_bufs[updates[id(b)]]
-            continue
         buf = Buffer(ctx.fresh(_ident(f"{sc.name}_{b.name}")), b.shape, b.dtype, "temp")
         items.append(AllocMark(buf))
         ctx.buffers[id(b)] = buf
@@ -126,14 +142,20 @@ def lower_scan(ctx: Context, sc: Scan, members: list[Tensor]) -> list:
         first = E.IterVar(axes[0].var, tv, E.Const(1, "int64"), "data")
         n = _row_elems(b)
         wide = len(axes) > 1 and (n is None or n >= PARALLEL_ROW)
-        stmt = lower_stage(ctx, ctx.buffer_of(b).name, (first,) + axes[1:], b.op.body,
-                           ctx.buffer_of(b), parallel=False)
+        buf = ctx.buffer_of(b)
+        body = contiguous_reduction_last(b.op.body)
+        stmt = reorder_sum((first,) + axes[1:], body, buf, expression_lowerer(ctx, buf.name),
+                           ctx.params, parallel=False)
+        if stmt is None:
+            stmt = lower_stage(ctx, buf.name, (first,) + axes[1:], body, buf, parallel=False)
         if wide and isinstance(stmt, For) and isinstance(stmt.body, For):
             inner = stmt.body
             stmt = For(stmt.var, stmt.lo, stmt.hi,
                        For(inner.var, inner.lo, inner.hi, inner.body, inner.step, "parallel"),
                        stmt.step, stmt.kind)
         rows.append(stmt)
+        if id(b) in updates:
+            rows.append(_copy_row(state_bufs[updates[id(b)]], buf, tv, ctx.taken))
     step = block(rows)
     count = E.sub(extent, E.Const(sc.steps, "int64"))
     if sc.reverse:

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
-from tecomp.functor import ExprMutator, input_tensors, topo_order
+from tecomp.functor import ExprMutator, input_tensors, topo_order, walk
 from tecomp.scan import make_scan, replace_tensors, time_offset
 from tecomp.scan_op import Scan, ScanOp
 from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -107,6 +107,14 @@ def guarded_body(sc: Scan) -> dict[int, Tensor]:
             continue
         op = b.op
         body = _GuardReads(sc, op.axes[0].var, new).visit(op.body)
+        if (isinstance(body, E.Call) and len(body.args) == 1
+                and any(isinstance(x, E.Reduce) for x in walk(body.args[0]))):
+            # f(Σ ...): the argument becomes a step tensor of its own, so the derivative
+            # is f'(value) once per element, then a plain sum (not f' inside the sum)
+            pre = Tensor(f"{b.name}_arg", b.shape, body.args[0].dtype,
+                         ComputeOp(op.axes, body.args[0], None))
+            body = E.Call(body.name, (E.TensorRead(pre, tuple(a.var for a in op.axes),
+                                                   pre.dtype),), body.dtype)
         new[id(b)] = Tensor(b.name, b.shape, b.dtype, ComputeOp(op.axes, body, op.tag))
     return new
 
