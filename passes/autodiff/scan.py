@@ -41,7 +41,14 @@ from typing import Any, Sequence
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
-from tecomp.functor import ExprMutator, input_tensors, topo_order, walk
+from tecomp.functor import (
+    ExprMutator,
+    input_tensors,
+    rewrite_stages,
+    tensor_reads,
+    topo_order,
+    walk,
+)
 from tecomp.scan import make_scan, replace_tensors, time_offset
 from tecomp.scan_op import Scan, ScanOp
 from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -70,12 +77,12 @@ def step_condition(sc: Scan, t: E.Expr) -> E.Expr | None:
 
 
 class _GuardReads(ExprMutator):
-    """Reads of a state or step tensor at another step, guarded to stay in bounds."""
+    """Reads of a step tensor at another step, guarded to stay in bounds."""
 
     def __init__(self, sc: Scan, t: E.Var, inner: dict[int, Tensor]) -> None:
         super().__init__()
         self.sc, self.t, self.inner = sc, t, inner
-        self.ids = {id(x) for x in sc.state} | {id(b) for b in sc.body}
+        self.ids = {id(b) for b in sc.body}
 
     def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
         idx = tuple(self.visit(i) for i in e.indices)
@@ -97,9 +104,10 @@ class _GuardReads(ExprMutator):
 
 
 def guarded_body(sc: Scan) -> dict[int, Tensor]:
-    """Every step tensor with its reads of other steps guarded (``select(t - 1 >= 0,
-    state[t - 1], 0)``), so that its rows outside the scan's steps read nothing out of bounds;
-    the top-level operation of each body is kept (its derivative may read the value back)."""
+    """Every step tensor with its reads of step tensors at other steps guarded
+    (``select(t - 1 >= 0, B[t - 1], 0)``), so that its rows outside the scan's steps read
+    nothing out of bounds (state reads are made safe by :func:`read_stored_states`); the
+    top-level operation of each body is kept (its derivative may read the value back)."""
     ids = {id(b) for b in sc.body}
     new: dict[int, Tensor] = {}
     for b in topo_order(list(sc.update)):
@@ -119,11 +127,107 @@ def guarded_body(sc: Scan) -> dict[int, Tensor]:
     return new
 
 
+class _ShiftReads(ExprMutator):
+    """Reads of a state placeholder become shifted reads of its zero-padded stored value."""
+
+    def __init__(self, done: dict[int, Tensor], shifts: dict[int, tuple[Tensor, int]]) -> None:
+        super().__init__()
+        self.done, self.shifts = done, shifts
+
+    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
+        idx = tuple(self.visit(i) for i in e.indices)
+        hit = self.shifts.get(id(e.tensor))
+        if hit is not None:
+            pad, shift = hit
+            return E.TensorRead(pad, (E.add(idx[0], E.Const(shift, "int64")),) + idx[1:],
+                                e.dtype)
+        t = self.done.get(id(e.tensor), e.tensor)
+        if t is e.tensor and all(x is y for x, y in zip(idx, e.indices)):
+            return e
+        return E.TensorRead(t, idx, e.dtype)
+
+
+def read_stored_states(roots: Sequence[Tensor], sc: Scan, updates: Sequence[Tensor],
+                       ) -> list[Tensor]:
+    """``roots`` with the primal values of ``sc``'s step read back from its stored states: a
+    read of the update ``updates[k]`` becomes a read of state ``k``'s result, and a read of
+    ``state_k[e, ...]`` a read of that result zero-padded by the largest lag ``D`` (at the
+    front for a forward scan: ``pad[e + D]``), so rows before the scan's steps read zeros,
+    never out of bounds."""
+    outs = sc.outputs
+    roots = replace_tensors(list(roots), {id(u): o for u, o in zip(updates, outs)})
+    lag = {id(s): 0 for s in sc.state}
+    for b in sc.body:
+        for r in tensor_reads(b.op.body):
+            if id(r.tensor) in lag:
+                d = time_offset(r.indices[0], b.op.axes[0].var)
+                lag[id(r.tensor)] = max(lag[id(r.tensor)], abs(d or 0))
+    shifts: dict[int, tuple[Tensor, int]] = {}
+    for s, o in zip(sc.state, outs):
+        D = lag[id(s)]
+        ext = E.add(o.shape[0], E.Const(D, "int64"))
+        shift = 0 if sc.reverse else D
+        pad = _compute(f"{o.name}_padded", (ext,) + o.shape[1:], o.dtype,
+                       lambda t, *r, o=o, shift=shift: _inside(o, t, shift, r))
+        shifts[id(s)] = (pad, shift)
+    done: dict[int, Tensor] = {}
+    for t in topo_order(roots):
+        if isinstance(t.op, ComputeOp):
+            body = _ShiftReads(done, shifts).visit(t.op.body)
+            if body is not t.op.body:
+                done[id(t)] = Tensor(t.name, t.shape, t.dtype,
+                                     ComputeOp(t.op.axes, body, t.op.tag), dict(t.attrs))
+        elif any(id(d) in done or id(d) in shifts for d in input_tensors(t)):
+            done[id(t)] = replace_tensors([t], done)[0]
+    return [done.get(id(t), t) for t in roots]
+
+
+def _inside(o: Tensor, t: E.Expr, shift: int, rest: tuple[E.Expr, ...]) -> E.Expr:
+    """``o[t - shift, rest]`` where that row exists, else 0 (a padded state)."""
+    src = E.sub(t, E.Const(shift, "int64"))
+    cond = E.logical_and(E.compare(E.GE, src, E.Const(0, "int64")),
+                         E.compare(E.LT, src, o.shape[0]))
+    return E.select(cond, E.TensorRead(o, (src,) + rest, o.dtype), E.Zero(o.dtype))
+
+
 def _depends(roots: Sequence[Tensor], leaves: set[int]) -> dict[int, bool]:
     dep: dict[int, bool] = {}
     for t in topo_order(list(roots)):
         dep[id(t)] = id(t) in leaves or any(dep.get(id(d), False) for d in input_tensors(t))
     return dep
+
+
+SPLIT_TERMS = 16  # additive terms of one adjoint stage above which it is split for zero elim.
+
+
+def _terms(e: E.Expr) -> list[E.Expr]:
+    if isinstance(e, E.Add):
+        return _terms(e.a) + _terms(e.b)
+    if isinstance(e, E.Sub):
+        return _terms(e.a) + [E.neg(x) for x in _terms(e.b)]
+    if isinstance(e, E.Neg):
+        return [E.neg(x) for x in _terms(e.a)]
+    return [e]
+
+
+def _split_terms(t: Tensor, body: E.Expr) -> Tensor | None:
+    """A stage that is a sum of many terms as a sum of reads of stages of at most
+    ``SPLIT_TERMS`` terms each (zero elimination expands a bounded number of terms a stage;
+    an adjoint of a long step, e.g. RK4, has more, each with its own delta)."""
+    terms = _terms(body)
+    if len(terms) <= SPLIT_TERMS:
+        return None
+    axes = t.op.axes
+    idx = tuple(a.var for a in axes)
+    total: E.Expr = E.Zero(t.dtype)
+    for n in range(0, len(terms), SPLIT_TERMS):
+        part: E.Expr = E.Zero(t.dtype)
+        for x in terms[n:n + SPLIT_TERMS]:
+            part = E.add(part, x)
+        piece = Tensor(f"{t.name}_part{n // SPLIT_TERMS}", t.shape, t.dtype,
+                       ComputeOp(axes, part, None))
+        total = E.add(total, E.TensorRead(piece, idx, t.dtype))
+    return Tensor(t.name, t.shape, t.dtype, ComputeOp(axes, total, t.op.tag), dict(t.attrs))
 
 
 def _optimize_step(updates: list[Tensor], states: list[Tensor]) -> list[Tensor]:
@@ -143,7 +247,7 @@ def _optimize_step(updates: list[Tensor], states: list[Tensor]) -> list[Tensor]:
             ph = Tensor(t.name, t.shape, t.dtype, PlaceholderOp())
             hide[id(t)] = ph
             back[id(ph)] = t
-    hidden = replace_tensors(updates, hide)
+    hidden = rewrite_stages(replace_tensors(updates, hide), _split_terms)
     done = simplify(eliminate_zeros(hidden))
     return replace_tensors(done, back)
 
@@ -180,11 +284,10 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
         d = d_state[k]
         updates.append(_compute(f"{o.name}_adj_step", o.shape, o.dtype,
                                 lambda *ix, g=g, d=d: _plus(g, d, ix)))
-    fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
-    for k, u in enumerate(sc.update):  # the update's value at its steps is the state's;
-        fwd[id(masked[id(u)])] = outs[k]  # its other rows meet a zero head
-    updates = replace_tensors(updates, fwd)
-    d_outer = replace_tensors(d_outer, fwd)
+    upd = [masked[id(u)] for u in sc.update]
+    k = len(updates)
+    both = read_stored_states(updates + d_outer, sc, upd)
+    updates, d_outer = both[:k], both[k:]
     updates = _optimize_step(updates, adj_states)
     inits = [_compute(f"{o.name}_adj_init", (E.Const(0, "int64"),) + o.shape[1:], o.dtype,
                       lambda *ix: 0.0) for o in outs]

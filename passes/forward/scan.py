@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from tecomp import expr as E
-from tecomp.scan import make_scan, replace_tensors
+from tecomp.scan import make_scan
 from tecomp.scan_op import Scan
 from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -36,13 +36,12 @@ def _compute(name: str, shape: tuple, dtype: str, fn: Any) -> Tensor:
 def scan_tangents(sc: Scan, tangents: dict[int, Any], dirs: tuple[E.IterVar, ...],
                   names: Any, prefix: str) -> list[TangentTensor] | None:
     """The tangents of every state of ``sc`` (None when no outer tensor has one)."""
-    from tecomp.passes.autodiff.scan import guarded_body
+    from tecomp.passes.autodiff.scan import guarded_body, read_stored_states
 
     from .propagate import forward_tangents, materialize
 
     if not any(id(x) in tangents for x in sc.outer):
         return None
-    outs = sc.outputs
     ext = tuple(a.extent for a in dirs)
     dstates = [Tensor(f"{prefix}_{s.name}", s.shape + ext, s.dtype, PlaceholderOp())
                for s in sc.state]
@@ -53,10 +52,7 @@ def scan_tangents(sc: Scan, tangents: dict[int, Any], dirs: tuple[E.IterVar, ...
         seeds[id(s)] = TangentTensor(ds, tuple(range(ds.ndim)))
     inner = forward_tangents(updates, seeds, dirs=dirs, names=names, prefix=prefix)
     steps = [materialize(inner.get(id(u)), u, dirs, name=f"{prefix}_{u.name}") for u in updates]
-    fwd: dict[int, Tensor] = {id(s): o for s, o in zip(sc.state, outs)}
-    for u, o in zip(updates, outs):  # the update's value at the steps is the state's
-        fwd[id(u)] = o
-    steps = replace_tensors(steps, fwd)
+    steps = read_stored_states(steps, sc, updates)
     inits = [materialize(tangents.get(id(i0)), i0, dirs, name=f"{prefix}_{i0.name}")
              for i0 in sc.init]
     dS = make_scan(f"{prefix}_{sc.name}", inits, steps, dstates, reverse=sc.reverse,

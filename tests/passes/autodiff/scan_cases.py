@@ -156,6 +156,45 @@ def euler(rng: Any, T: int = 12, n: int = 3, dt: float = 0.1) -> Case:
     return Case(S, [th, Y0], a, ref)
 
 
+def rk4(rng: Any, T: int = 8, dt: float = 0.1) -> Case:
+    """A pendulum integrated by RK4, the whole step in one expression per state (two states)."""
+    p = tc.placeholder((2,), name="params", dtype=F)
+    y0 = tc.placeholder((2,), name="y0", dtype=F)
+    qs = tc.placeholder((T,), name="q_state", dtype=F)
+    vs = tc.placeholder((T,), name="v_state", dtype=F)
+
+    def f(q: Any, v: Any) -> tuple:
+        return v, -p[0] * tc.sin(q) - p[1] * v
+
+    def step(t: Any, c: int) -> Any:
+        q, v = qs[t - 1], vs[t - 1]
+        k1 = f(q, v)
+        k2 = f(q + 0.5 * dt * k1[0], v + 0.5 * dt * k1[1])
+        k3 = f(q + 0.5 * dt * k2[0], v + 0.5 * dt * k2[1])
+        k4 = f(q + dt * k3[0], v + dt * k3[1])
+        return (q, v)[c] + (k1[c] + 2 * k2[c] + 2 * k3[c] + k4[c]) * (dt / 6)
+
+    upd = [tc.compute((T,), lambda t, c=c: step(t, c), name=f"rk4_{'qv'[c]}") for c in (0, 1)]
+    init = [tc.compute((1,), lambda s, c=c: y0[c], name=f"init_{'qv'[c]}") for c in (0, 1)]
+    Q, _ = tc.scan(init, upd, [qs, vs], name="rk4")
+    a = {p: np.array([2.0, 0.3]) + 0.1 * rng.standard_normal(2), y0: rng.standard_normal(2)}
+
+    def ref() -> np.ndarray:
+        def fn(y: np.ndarray) -> np.ndarray:
+            return np.array([y[1], -a[p][0] * np.sin(y[0]) - a[p][1] * y[1]])
+        ys = [a[y0]]
+        for _ in range(1, T):
+            y = ys[-1]
+            k1 = fn(y)
+            k2 = fn(y + 0.5 * dt * k1)
+            k3 = fn(y + 0.5 * dt * k2)
+            k4 = fn(y + dt * k3)
+            ys.append(y + (k1 + 2 * k2 + 2 * k3 + k4) * (dt / 6))
+        return np.array(ys)[:, 0]
+
+    return Case(Q, [p, y0], a, ref)
+
+
 def reduce_gather(rng: Any, T: int = 6, n: int = 4, V: int = 5) -> Case:
     tok = tc.placeholder((T,), name="tok", dtype="int64")
     E = tc.placeholder((V, n), name="E", dtype=F)
@@ -180,4 +219,4 @@ def reduce_gather(rng: Any, T: int = 6, n: int = 4, V: int = 5) -> Case:
 
 
 CASES = {f.__name__: f for f in (cumsum, cumsum_axis1, cumprod_zeros, fibonacci, elman, lstm,
-                                 euler, reduce_gather)}
+                                 euler, rk4, reduce_gather)}
