@@ -36,6 +36,7 @@ from tecomp.tensor import Tensor
 from .loop_order import contiguous_reduction_last, reorder_sum
 from .lower_stage import AllocMark, Context, block, expression_lowerer, fill, lower_stage
 
+PARALLEL_ELEMENTWISE = False  # element-wise steps stay serial: a fork-join costs more
 PARALLEL_ROW = 1 << 12  # elements of one step's row from which its loop may use threads
 
 
@@ -141,7 +142,9 @@ def lower_scan(ctx: Context, sc: Scan, members: list[Tensor]) -> list:
         axes = b.op.axes
         first = E.IterVar(axes[0].var, tv, E.Const(1, "int64"), "data")
         n = _row_elems(b)
-        wide = len(axes) > 1 and (n is None or n >= PARALLEL_ROW)
+        wide = (len(axes) > 1 and (n is None or n >= PARALLEL_ROW) and PARALLEL_ELEMENTWISE
+                or any(isinstance(x, E.Reduce) for x in walk(b.op.body)))
+        wide = wide and len(axes) > 1 and (n is None or n >= PARALLEL_ROW)
         buf = ctx.buffer_of(b)
         body = contiguous_reduction_last(b.op.body)
         stmt = reorder_sum((first,) + axes[1:], body, buf, expression_lowerer(ctx, buf.name),
