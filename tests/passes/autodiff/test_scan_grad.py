@@ -81,3 +81,29 @@ def test_symbolic_cumsum_builds_and_runs(rng):
         s, d = k(x)
         np.testing.assert_allclose(s, np.cumsum(x, 0), rtol=1e-12)
         np.testing.assert_allclose(d, np.arange(shape[0], 0, -1)[:, None] * np.ones(shape))
+
+
+def test_show_and_lower_describe_the_scan():
+    m, n = tc.var("m"), tc.var("n")
+    X = tc.placeholder((m, n), name="X")
+    S = tc.ops.cumsum(X, 0)
+    text = tc.show(S)
+    assert "scan 'X_cumsum'" in text and "steps t = 1 .. m - 1" in text
+    assert "| X_cumsum_step[t, i1] = X_cumsum_state[t - 1, i1] + X[t, i1]" in text
+    low = str(tc.lower(S, [X]))
+    assert "for (t_step, 1, m)" in low
+    (dX,) = tc.gradient(S, [X])
+    assert "down to 0" in tc.show(dX)
+    assert "let t_step" in str(tc.lower(dX, [X]))
+
+
+def test_several_states_evaluate_together(rng):
+    c = CASES["lstm"](rng)
+    sc = c.output.op.scan
+    h, cell = sc.outputs
+    got_h, got_c = tc.evaluate([h, cell], c.arrays)
+    np.testing.assert_allclose(got_h, c.reference(), rtol=1e-12, atol=1e-12)
+    k = tc.build([cell, h], list(c.arrays))
+    bc, bh = k(*[c.arrays[t] for t in c.arrays])
+    np.testing.assert_allclose(bh, got_h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(bc, got_c, rtol=1e-12, atol=1e-12)
