@@ -42,3 +42,19 @@ def test_scan_programs_compile_with_nvcc():
     bins = compile_many_nvcc([p[3].source for p in PROGRAMS.values()], "sm_90")
     assert len(bins) == len(PROGRAMS)
     assert all(b.image[:4] == b"\x7fELF" for b in bins)
+
+
+def test_threaded_steps_on_the_emulation():
+    from cuda_emulator import compile_emulated
+
+    from tests.passes.autodiff.scan_cases import elman
+
+    c = elman(np.random.default_rng(5), T=3, B=64, H=64, I=2)
+    outs = [c.output, *tc.gradient(c.output, c.inputs)]
+    ins = list(c.arrays)
+    low = tc.lower(outs, ins, name="elman_wide")
+    kernel = CudaKernel(low.func, inputs=ins, outputs=outs, hidden=low.constants, check=False)
+    compile_emulated([kernel.source])
+    got = kernel.launch([c.arrays[t] for t in ins], device=EmulatedDevice())
+    for g, w in zip(got, tc.evaluate(outs, c.arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

@@ -107,3 +107,31 @@ def test_several_states_evaluate_together(rng):
     bc, bh = k(*[c.arrays[t] for t in c.arrays])
     np.testing.assert_allclose(bh, got_h, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(bc, got_c, rtol=1e-12, atol=1e-12)
+
+
+def test_large_steps_run_threaded_and_match(rng):
+    from tests.passes.autodiff.scan_cases import elman
+
+    c = elman(rng, T=3, B=64, H=64, I=2)  # rows of 64 x 64: the step's loop is threaded
+    outs = [c.output, *tc.gradient(c.output, c.inputs)]
+    ins = list(c.arrays)
+    from tecomp.loopir import Allocate, For, IfThenElse, LetStmt, Seq
+
+    def loops(s, inside):
+        if isinstance(s, For):
+            yield s, inside
+            yield from loops(s.body, inside or s.var.name.startswith(("t_step", "u_step")))
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                yield from loops(x, inside)
+        elif isinstance(s, (Allocate, LetStmt)):
+            yield from loops(s.body, inside)
+        elif isinstance(s, IfThenElse):
+            yield from loops(s.then, inside)
+
+    func = tc.lower(outs, ins).func
+    threaded = [f for f, inside in loops(func.body, False) if inside and f.kind == "parallel"]
+    assert len(threaded) >= 2  # the forward step's and the adjoint step's matrix products
+    got = tc.build(outs, ins)(*[c.arrays[t] for t in ins])
+    for g, w in zip(got, tc.evaluate(outs, c.arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
