@@ -135,3 +135,22 @@ def test_large_steps_run_threaded_and_match(rng):
     got = tc.build(outs, ins)(*[c.arrays[t] for t in ins])
     for g, w in zip(got, tc.evaluate(outs, c.arrays)):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_chained_scans_and_a_reduction_of_the_result(rng):
+    X = tc.placeholder((6, 3), name="X", dtype="float64")
+    S1 = tc.ops.cumsum(X, 0)
+    S2 = tc.ops.cumprod(tc.compute((6, 3), lambda t, i: 0.3 * S1[t, i] + 1.0, name="a"), 1)
+    r = tc.reduce_axis(3, name="r")
+    out = tc.compute((6,), lambda t: tc.sum(S2[t, r] * S1[t, r], axis=r), name="out")
+    x = rng.standard_normal((6, 3))
+    s1 = np.cumsum(x, 0)
+    want = np.sum(np.cumprod(0.3 * s1 + 1.0, 1) * s1, 1)
+    np.testing.assert_allclose(tc.evaluate([out], {X: x})[0], want, rtol=1e-12)
+    check_gradient(out, [X], {X: x}, optimize=True)
+
+
+def test_jacobian_through_a_scan_is_a_clear_error():
+    X = tc.placeholder((4, 2), name="X", dtype="float64")
+    with pytest.raises(tc.DifferentiationError, match="jacobian through the scan"):
+        tc.jacobian(tc.ops.cumsum(X, 0), X)
