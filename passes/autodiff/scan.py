@@ -10,23 +10,30 @@ so ``A_k`` is a *reverse* scan (no given steps; ``t = T - 1`` down to ``0``) who
 own states only at ``t + d``.  Its step comes from the existing reverse-mode pass applied to one
 scalar: with new placeholders ``Q_m`` standing for ``A_m``,
 
-    J = Σ_m Σ_{t, i} Q_m[t, i] · Û_m[t, i]          Û: the step, masked to its steps (t >= L)
+    J = Σ_m Σ_{t, i} select(t >= L, Q_m[t, i], 0) · U_m[t, i]
 
 ``∂J/∂state_k`` is the sum above (a tensor of the state's shape reading ``Q`` at ``t + d``
-after zero elimination), and ``∂J/∂X`` is each outer tensor's contribution.  The mask
-``select(t >= L, body, 0)``, put on every step tensor, keeps rows that the forward scan never
-computed out of the derivative and guards their reads (``state[t - 1]`` at ``t = 0``).
-Forward values in these derivatives are read back from the stored states: ``state_k`` becomes
-``S_k``, a step tensor ``B`` becomes a recomputation of it from ``S`` (an outer stage, O(T)),
-and ``U_k`` itself becomes ``select(t >= L, S_k[t], 0)``.  Zero elimination runs on the
-adjoint step (with everything outside it hidden behind placeholders) before the adjoint scan
-is built, since the step order needs constant time offsets.  Finally ``Q_m`` becomes the
-adjoint scan's result ``A_m`` in the outer contributions, and init ``k`` receives
-``A_k[r]`` for its rows ``r < L``.
+after zero elimination), and ``∂J/∂X`` is each outer tensor's contribution.  The masked head
+keeps the rows ``t < L``, which the forward scan never computed, out of the derivative.  The
+step is differentiated as written, except that (:func:`guarded_body`) a step tensor read at
+another step is guarded (``select(t - 1 >= 0, B[t - 1], 0)``) and a step whose body is one
+call of a sum (``tanh(Σ_j W[i, j] h[t - 1, j] + ...)``) gets its argument as a step tensor of
+its own, so that its derivative is ``tanh'`` once per element and then a plain product.
+
+Forward values in these derivatives are read back from the stored states
+(:func:`read_stored_states`): ``U_k`` becomes ``S_k`` (``tanh'`` reads ``1 - S[t]²``), a read
+``state_k[e]`` becomes ``pad_k[e + D]`` of ``S_k`` zero-padded by its largest lag ``D`` (rows
+before the steps read zeros, never out of bounds), and other step tensors are recomputed from
+those outside the scan (O(T)).  Zero elimination runs on the adjoint step, with everything
+outside it hidden behind placeholders and long sums split first (it expands a bounded number
+of terms per stage), before the adjoint scan is built: the step order needs constant time
+offsets.  Finally ``Q_m`` becomes the adjoint scan's result ``A_m`` in the outer
+contributions, and init ``k`` receives ``A_k[r]`` for its rows ``r < L``.
 
 Worked example, cumsum (``L = 1``): ``U[t, i] = state[t - 1, i] + X[t, i]``.  Then
-``∂J/∂state[j0, j1] = Σ_{t,i} Q[t, i] · select(t >= 1, δ(j0, t - 1) δ(j1, i), 0)``, which zero
-elimination turns into ``select(j0 + 1 <= T - 1, Q[j0 + 1, j1], 0)``, so the adjoint step is
+``∂J/∂state[j0, j1] = Σ_{t,i} select(t >= 1, Q[t, i], 0) · δ(j0, t - 1) δ(j1, i)``, which zero
+elimination turns into ``select(j0 + 1 <= T - 1, dU[j0 + 1, j1], 0)`` with
+``dU[t, j] = select(t >= 1, Q[t, j], 0)``, so the adjoint step is
 ``A[t, j] = G[t, j] + (t + 1 < T ? A[t + 1, j] : 0)`` (a reverse cumsum, O(T·n)), and
 ``dX[t, j] = select(t >= 1, A[t, j], 0)``, ``dinit[0, j] = A[0, j]``.
 

@@ -5,10 +5,10 @@ the tangents ``dS_k`` satisfy ``dS_k[t] = Σ_m ∂U_k/∂S_m[t - d] · dS_m[t - 
 a scan over new state placeholders ``dstate_k`` (shape ``S_k.shape + direction extents``) whose
 step is the forward-mode tangent of the step with ``state_m`` seeded by ``dstate_m``.  The
 primal values the tangent step needs are read back from the stored states, as in reverse mode
-(:mod:`tecomp.passes.autodiff.scan`): every step tensor is masked to its steps
-(``select(t >= L, body, 0)``), ``state_k`` becomes ``S_k``, the update ``U_k`` becomes
-``select(t >= L, S_k[t], 0)``, and other step tensors are recomputed from ``S`` outside the
-scan.  The given steps' tangents are the tangents of the inits.
+(:mod:`tecomp.passes.autodiff.scan`: :func:`guarded_body`, :func:`read_stored_states`): the
+update ``U_k`` becomes ``S_k``, a state read becomes a read of the zero-padded ``S_k``, and
+other step tensors are recomputed from those outside the scan.  The given steps' tangents are
+the tangents of the inits.
 
 Worked example, cumprod ``S[t] = S[t - 1] · X[t]``: the tangent step is
 ``dS[t] = dS[t - 1] · X[t] + S[t - 1] · dX[t]``, with ``dS[0] = dX[0]``.
