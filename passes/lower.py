@@ -62,6 +62,8 @@ from tecomp import expr as E
 from tecomp.errors import LoweringError
 from tecomp.functor import free_vars, fresh_name, input_tensors, op_exprs, walk
 from tecomp.loopir import Buffer, LoweredFunc
+from tecomp.scan import check_not_state
+from tecomp.scan_op import ScanOp
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .absorb_crop import absorb_crops
@@ -69,6 +71,7 @@ from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
 from .loop_order import contiguous_reduction_last, reorder_sum
+from .lower_scan import lower_scan
 from .lower_stage import (
     AllocMark,
     Context,
@@ -154,6 +157,7 @@ def _stages(outputs: list[Tensor], cut: set[int]) -> tuple[list[Tensor], list[Te
 
 
 def _unbound(p: Tensor, reader: Tensor | None) -> None:
+    check_not_state(p, reader)
     where = f"read by {reader.name!r}" if reader is not None else "listed as an output"
     raise LoweringError(
         f"placeholder {p.name!r} ({where}) is not in inputs; add it to the inputs list")
@@ -197,6 +201,10 @@ def _validate(stages: list[Tensor], tensors: list[Tensor], params: set[E.Var]) -
                 bound.add(ax.var)
             for e in op_exprs(t)[2 * len(t.op.axes):]:
                 _check_vars(e, bound, f"the scatter {t.name!r}")
+        elif isinstance(t.op, ScanOp):
+            for b in t.op.scan.body:
+                axes = {ax.var for ax in b.op.axes}
+                _check_vars(b.op.body, params | axes, f"the body of {b.name!r}")
         else:
             raise LoweringError(f"cannot lower {t!r}: unknown operation {type(t.op).__name__}")
 
@@ -258,12 +266,22 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
             ctx.buffers[id(t)] = b
     ctx.taken |= bnames
 
-    exprs, inlined = inline_stages(stages, keep={id(t) for t in outs})
-    absorb_crops(stages, exprs, inlined, keep={id(t) for t in outs})
+    keep = {id(t) for t in outs} | {id(x) for t in stages if isinstance(t.op, ScanOp)
+                                    for x in t.op.scan.outer}
+    exprs, inlined = inline_stages(stages, keep=keep)
+    absorb_crops(stages, exprs, inlined, keep=keep)
+    scans_done: set[int] = set()
     stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined)
     items: list = []
     for t in stages:
         if id(t) in inlined:
+            continue
+        if isinstance(t.op, ScanOp):  # every state of the scan at its first member
+            if id(t.op.scan) not in scans_done:
+                scans_done.add(id(t.op.scan))
+                members = [x for x in stages if isinstance(x.op, ScanOp)
+                           and x.op.scan is t.op.scan]
+                items.extend(lower_scan(ctx, t.op.scan, members))
             continue
         buf = ctx.buffers.get(id(t))
         if buf is None:

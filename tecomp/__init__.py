@@ -67,6 +67,7 @@ from .forward_api import diff_operator, hessian, jvp, laplacian
 from .lowering_api import Lowered, cost, lower
 from .optimize_api import optimize
 from .printer import show
+from .scan import scan
 from .tensor import Tensor
 
 __version__ = "0.1.0"
@@ -82,7 +83,7 @@ __all__ = [
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "IndexBoundsError", "LoweringError", "TecompError", "evaluate",
     "Expr", "IterVar", "Var",
-    "show", "Tensor", "build", "gradient", "jacobian",
+    "scan", "show", "Tensor", "build", "gradient", "jacobian",
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
     "Explanation", "PerformanceWarning", "explain", "pass_log", "to_dot", "interop",

@@ -26,6 +26,7 @@ from . import dtypes
 from . import expr as E
 from .errors import EvaluationError
 from .functor import topo_order
+from .scan_op import ScanOp
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 _CHUNK_ELEMS = 1 << 22
@@ -325,6 +326,9 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
                 values[id(t)] = t.op.data
             elif t.is_placeholder:
                 if id(t) not in arrays:
+                    from .scan import check_not_state
+
+                    check_not_state(t, None)
                     raise EvaluationError(f"placeholder {t.name!r} is not bound")
                 a = np.asarray(arrays[id(t)])
                 if a.shape != shape:
@@ -336,6 +340,8 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
                 values[id(t)] = np.ascontiguousarray(a, dtype=_np(t.dtype))
             elif isinstance(t.op, ScatterOp):
                 values[id(t)] = _eval_scatter(t, shape, sizes, ev)
+            elif isinstance(t.op, ScanOp):
+                values[id(t)] = _eval_scan(t.op.scan, sizes, ev)[t.op.index]
             else:
                 values[id(t)] = _eval_compute(t, shape, sizes, ev)
     return [values[id(t)] for t in outs]
@@ -449,3 +455,47 @@ def _eval_scatter(t: Tensor, shape: tuple[int, ...], sizes: dict[E.Var, int],
     np.add.at(out, tuple(idx), val.astype(out.dtype))
     ev.memo.clear()
     return out
+
+
+def _eval_scan(sc: Any, sizes: dict[E.Var, int], ev: _Evaluator) -> list[np.ndarray]:
+    """A scan step by step: each step evaluates row ``t`` of every body stage in step order
+    (reads of rows not yet computed see zeros); the states are read through their arrays."""
+    key = id(sc)
+    if key in ev.values:
+        return ev.values[key]  # type: ignore[return-value]
+    states = []
+    for s, i0 in zip(sc.state, sc.init):
+        arr = np.zeros(_eval_shape(s, sizes, ev), dtype=_np(s.dtype))
+        init = ev.values[id(i0)]
+        if init.shape[0] > arr.shape[0]:
+            raise EvaluationError(
+                f"scan {sc.name!r}: init {i0.name!r} gives {init.shape[0]} steps but the scan "
+                f"has only {arr.shape[0]}")
+        if sc.reverse:
+            arr[arr.shape[0] - init.shape[0]:] = init
+        else:
+            arr[:init.shape[0]] = init
+        ev.values[id(s)] = arr
+        states.append(arr)
+    for b in sc.body:
+        ev.values[id(b)] = np.zeros(_eval_shape(b, sizes, ev), dtype=_np(b.dtype))
+    n = states[0].shape[0]
+    steps = range(n - sc.steps - 1, -1, -1) if sc.reverse else range(sc.steps, n)
+    slot = {id(u): k for k, u in enumerate(sc.update)}
+    for t in steps:
+        for b in sc.body:
+            out = ev.values[id(b)]
+            nd = out.ndim
+            env: dict[E.Var, Any] = dict(sizes)
+            for d, ax in enumerate(b.op.axes):
+                rng = np.arange(t, t + 1) if d == 0 else np.arange(out.shape[d])
+                env[ax.var] = rng.astype(np.int64).reshape((1,) * d + (-1,) + (1,) * (nd - d - 1))
+            v = ev.ev(b.op.body, _Scope(env, nd), None)
+            ev.memo.clear()
+            out[t] = np.broadcast_to(v, (1,) + out.shape[1:])[0]
+            if id(b) in slot:
+                states[slot[id(b)]][t] = out[t]
+    for s in sc.state:
+        del ev.values[id(s)]
+    ev.values[key] = states  # type: ignore[assignment]
+    return states

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from . import expr as E
 from .errors import TecompError
+from .scan_op import ScanOp
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 
@@ -280,6 +281,8 @@ def op_exprs(t: Tensor) -> list[E.Expr]:
 
 def input_tensors(t: Tensor) -> list[Tensor]:
     """The tensors ``t`` reads directly (shape expressions excluded), first appearance first."""
+    if isinstance(t.op, ScanOp):  # a scan reads its inits and the outer tensors of its step
+        return list(t.op.scan.outer)
     out: list[Tensor] = []
     seen: set[int] = set()
     if isinstance(t.op, ScatterOp) and t.op.init is not None:
@@ -351,7 +354,16 @@ def rewrite_stages(outputs: Sequence[Tensor],
     when its reads changed).  Scatter stages are rebuilt with re-pointed reads.
     """
     new: dict[int, Tensor] = {}
+    _rewrite_into(list(outputs), rewrite, new, set(), {})
+    return [new.get(id(t), t) for t in outputs]
+
+
+def _rewrite_into(outputs: list[Tensor], rewrite: Callable[[Tensor, E.Expr], Tensor | None],
+                  new: dict[int, Tensor], done: set[int], scans: dict[int, Any]) -> None:
     for t in topo_order(list(outputs)):
+        if id(t) in done:
+            continue
+        done.add(id(t))
         remap = RemapReads(new)
         op = t.op
         if isinstance(op, ComputeOp):
@@ -373,4 +385,16 @@ def rewrite_stages(outputs: Sequence[Tensor],
             if changed:
                 new[id(t)] = Tensor(t.name, t.shape, t.dtype,
                                     ScatterOp(axes, idx, value, where, init), dict(t.attrs))
-    return [new.get(id(t), t) for t in outputs]
+        elif isinstance(op, ScanOp):  # the step's stages are rewritten too
+            sc = op.scan
+            if id(sc) not in scans:
+                from .scan import rescan
+
+                parts = list(sc.update) + list(sc.init)
+                _rewrite_into(parts, rewrite, new, done, scans)
+                got = [new.get(id(x), x) for x in parts]
+                k = len(sc.update)
+                changed = any(a is not b for a, b in zip(got, parts))
+                scans[id(sc)] = rescan(sc, got[k:], got[:k]) if changed else sc
+            if scans[id(sc)] is not sc:
+                new[id(t)] = scans[id(sc)].outputs[op.index]

@@ -11,6 +11,7 @@ from typing import Iterable
 from . import expr as E
 from .functor import topo_order
 from .loopir import BufferLoad
+from .scan_op import ScanOp
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 _BIN = {E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.FloorDiv: "//", E.Mod: "%"}
@@ -153,8 +154,27 @@ def show(tensors: Tensor | Iterable[Tensor]) -> str:
             idx = ", ".join(p.fmt(i) for i in op.indices)
             lines.append(f"{names[id(t)]} = {init}; for [{axes}]{where}: "
                          f"{names[id(t)]}[{idx}] += {p.fmt(op.value)}    : {t.dtype}[{shape}]")
+        elif isinstance(t.op, ScanOp):
+            lines.extend(_scan_lines(t, p, names))
         elif t.is_constant:
             lines.append(f"{names[id(t)]} = constant    : {t.dtype}[{shape}]")
         else:
             lines.append(f"{names[id(t)]} = placeholder    : {t.dtype}[{shape}]")
     return "\n".join(lines)
+
+
+def _scan_lines(t: Tensor, p: _Printer, names: dict[int, str]) -> list[str]:
+    """A scan state: ``S = scan(init, steps t = L..T-1 { body })``, the body one stage a line."""
+    sc = t.op.scan
+    shape = ", ".join(p.fmt(s) for s in t.shape)
+    k = t.op.index
+    when = (f"t = {p.fmt(sc.extent)} - {sc.steps} - 1 down to 0" if sc.reverse
+            else f"t = {sc.steps} .. {p.fmt(sc.extent)} - 1")
+    out = [f"{names[id(t)]} = scan {sc.name!r} state {k} ({sc.state[k].name}): "
+           f"init {names.get(id(sc.init[k]), sc.init[k].name)}, update "
+           f"{sc.update[k].name}, steps {when}    : {t.dtype}[{shape}]"]
+    if k == 0 or not any(id(o) in names for o in sc.outputs[:k]):
+        for b in sc.body:
+            axes = ", ".join(a.var.name for a in b.op.axes)
+            out.append(f"    | {b.name}[{axes}] = {p.fmt(b.op.body)}")
+    return out

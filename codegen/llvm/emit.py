@@ -15,9 +15,10 @@ could not be allocated.
 Statements (the conventions of :mod:`tecomp.loopir`):
 
 * ``For(v, lo, hi, body, step)`` becomes a loop ``v = lo; while v < hi: body; v += step`` with
-  ``lo`` and ``hi`` evaluated once before it.  A ``"parallel"`` loop outside every other loop
-  is outlined and run on several threads when threading is on (:mod:`.parallel`); every other
-  loop, whatever its ``kind``, runs serially.
+  ``lo`` and ``hi`` evaluated once before it.  A ``"parallel"`` loop is outlined and run on
+  several threads when threading is on (:mod:`.parallel`), once per iteration of the serial
+  loops around it (a scan's step); loops inside it, and every other loop whatever its
+  ``kind``, run serially.
 * ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.  A
   loop that only folds a float ``max``/``min`` into a local accumulator combines with
   ``maxnum``/``minnum`` (plain vector instructions) and keeps NaN propagation with a flag
@@ -169,7 +170,7 @@ class StmtEmitter(ExprEmitter):
                     self.visit(s.else_)
 
     def visit_For(self, s: For) -> None:
-        if s.kind == "parallel" and self.threads is not None and self.loop_depth == 0:
+        if s.kind == "parallel" and self.threads is not None:
             from .parallel import emit_parallel_for
 
             emit_parallel_for(self, s)

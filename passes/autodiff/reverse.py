@@ -53,11 +53,13 @@ from tecomp import expr as E
 from tecomp.errors import DifferentiationError
 from tecomp.functor import fresh_name, input_tensors, make_reduce
 from tecomp.functor import topo_order as _topo
+from tecomp.scan_op import ScanOp
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .flatten import conj, flat_terms, rename_axes
 from .flatten import names as expr_names
 from .jacobian import AuxStages, Jacobian
+from .scan import scan_contributions
 
 Override = Callable[[Tensor, list[Tensor], Tensor], Sequence[Any]]
 
@@ -89,9 +91,14 @@ def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
             continue
         if id(y) != id(output):
             terms = pending.pop(id(y), [])
-            if not terms:
+            if terms:
+                adjoint[id(y)] = ctx.adjoint_stage(y, jvars[id(y)], terms)
+            elif not isinstance(y.op, ScanOp):
                 continue
-            adjoint[id(y)] = ctx.adjoint_stage(y, jvars[id(y)], terms)
+        if isinstance(y.op, ScanOp):  # all states of a scan at once, at its first state
+            for x, terms in scan_contributions(ctx, y, adjoint, order, reach, jvars):
+                pending.setdefault(id(x), []).extend(terms)
+            continue
         dy = adjoint[id(y)]
         targets = [x for x in input_tensors(y) if reach.get(id(x))]
         if not targets:

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, topo_order
+from tecomp.scan_op import ScanOp
 from tecomp.tensor import ComputeOp, Tensor
 
 from .context import ExprTangent, Names, StageContext, TangentTensor, new_stage
@@ -37,9 +38,19 @@ def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, Tangent], *,
     names = names or Names(outputs)
     out_ids = {id(t) for t in outputs}
     tangents: dict[int, Tangent] = {}
+    scans: dict[int, list | None] = {}
     for t in topo_order(list(outputs)):
         if id(t) in seeds:
             tangents[id(t)] = seeds[id(t)]
+            continue
+        if isinstance(t.op, ScanOp):  # every state of the scan at once (:mod:`.scan`)
+            from .scan import scan_tangents
+
+            sc = t.op.scan
+            if id(sc) not in scans:
+                scans[id(sc)] = scan_tangents(sc, tangents, dirs, names, prefix)
+            if scans[id(sc)] is not None:
+                tangents[id(t)] = scans[id(sc)][t.op.index]
             continue
         if not isinstance(t.op, ComputeOp):
             continue

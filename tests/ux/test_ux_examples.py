@@ -48,3 +48,15 @@ def test_butterfly_dct_example_small(capsys):
     err = float(out.split("max |tecomp - scipy| = ")[1].split()[0])
     assert err < 1e-10
     assert "[2] float16" in out and "learning a 8-point butterfly" in out
+
+
+def test_rnn_sequence_example_trains(capsys):
+    losses = _load("rnn_sequence").main(["--steps", "100", "--train-steps", "6"])
+    assert losses[-1] < losses[0]
+    assert "Elman RNN, 100 steps" in capsys.readouterr().out
+
+
+def test_ode_adjoint_example_matches_finite_differences(capsys):
+    err = _load("ode_adjoint").main()
+    assert err < 1e-6
+    assert "relative error" in capsys.readouterr().out
