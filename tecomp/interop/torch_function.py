@@ -124,8 +124,11 @@ class TorchOp:
                 f"{self.label}: the inputs are on {sorted(kinds)}; tecomp runs CPU tensors "
                 "(the LLVM kernel) or CUDA tensors (the CUDA build), all on one device")
         program = self.program
-        arrays = [as_numpy(x.detach(), name=f"{self.label}: input {t.name!r}")
-                  for t, x in zip(program.inputs, tensors)]
+        try:  # views of the tensors' memory (Tensor.numpy never copies)
+            arrays = [x.detach().numpy() for x in tensors]
+        except (TypeError, RuntimeError):  # a dtype NumPy lacks: DLPack says which
+            arrays = [as_numpy(x.detach(), name=f"{self.label}: input {t.name!r}")
+                      for t, x in zip(program.inputs, tensors)]
         got = program.kernel("llvm")(*arrays)
         if self._single:
             return self._torch.from_numpy(got)
