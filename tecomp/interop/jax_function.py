@@ -44,6 +44,11 @@ def _jax() -> Any:
     return jax
 
 
+def manual_axes(jax: Any) -> bool:
+    """Whether this JAX types values by manual mesh axes (``jax.typeof``, ``lax.pcast``)."""
+    return hasattr(jax, "typeof") and hasattr(jax.lax, "pcast")
+
+
 class JaxOp:
     """One :class:`~tecomp.interop.program.Program` as a ``jax.custom_vjp`` function that
     returns a tuple (one array per output)."""
@@ -68,7 +73,7 @@ class JaxOp:
             got = self.gradient_op().fn(*xs, *cts)
             result: list[Any] = [None] * len(xs)
             for k, g in zip(program.float_inputs, got):
-                result[k] = g
+                result[k] = _summed_to(jax, g, xs[k]) if manual_axes(jax) else g
             return tuple(result)
 
         fn.defvjp(fwd, bwd)
@@ -96,10 +101,14 @@ class JaxOp:
         via = self.via
         if via == "auto":
             via = "ffi" if jax.default_backend() == "cpu" else "callback"
+        axes = frozenset().union(*(_axes(jax, x) for x in xs)) if manual_axes(jax) else None
+        if axes:
+            xs = [_to_varying(jax, x, axes) for x in xs]
         if via == "ffi":
-            return tuple(self._ffi(results, xs))
-        return tuple(jax.pure_callback(self._host_call, results, *xs,
-                                       vmap_method="sequential"))
+            got = self._ffi(results, xs)
+        else:
+            got = jax.pure_callback(self._host_call, results, *xs, vmap_method="sequential")
+        return tuple(_to_varying(jax, g, axes) for g in got) if axes else tuple(got)
 
     def _ffi(self, results: list[Any], xs: Sequence[Any]) -> Any:
         import jax.ffi
@@ -116,6 +125,26 @@ class JaxOp:
     def _host_call(self, *arrays: Any) -> Any:
         got = self.program.kernel("llvm")(*[np.asarray(a) for a in arrays])
         return (got,) if len(self.program.outputs) == 1 else got
+
+
+# Inside jax.shard_map, JAX types each value by the manual mesh axes it varies over and checks
+# those types (check_vma).  A foreign call's results are typed as varying over none, so the
+# call's inputs are all made varying over the union of their axes, its results typed so too,
+# and a cotangent is summed over the axes its primal input does not vary over (the transpose
+# of making it varying, as JAX's own autodiff does for a replicated parameter).
+def _axes(jax: Any, x: Any) -> frozenset:
+    mat = getattr(jax.typeof(x), "manual_axis_type", None)
+    return frozenset(getattr(mat, "varying", ()) or ())
+
+
+def _to_varying(jax: Any, x: Any, axes: frozenset) -> Any:
+    missing = tuple(sorted(axes - _axes(jax, x)))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+
+def _summed_to(jax: Any, g: Any, x: Any) -> Any:
+    extra = tuple(sorted(_axes(jax, g) - _axes(jax, x)))
+    return jax.lax.psum(g, extra) if extra else g
 
 
 class JaxFunction:

@@ -93,3 +93,40 @@ def test_errors_at_trace_time():
         jax.jit(f)(jnp.zeros((5, 8)), jnp.zeros((4, 8)))
     with pytest.raises(tc.TecompError, match="via="):
         tc.interop.jax_function(Y, [X, W], via="gpu")
+
+
+SHARDED = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, jax.numpy as jnp, numpy as np, tecomp as tc
+from jax.sharding import NamedSharding, PartitionSpec as P
+n = tc.var("n")
+X, W = tc.placeholder((n, 16), name="X"), tc.placeholder((32, 16), name="W")
+Z = tc.ops.dense(X, W)
+layer = tc.interop.jax_function(
+    tc.compute(Z.shape, lambda i, j: Z[i, j] * tc.sigmoid(Z[i, j]), name="swish"), [X, W])
+mesh = jax.make_mesh((2,), ("data",))
+rng = np.random.default_rng(0)
+x = jax.device_put(jnp.asarray(rng.standard_normal((64, 16)), jnp.float32),
+                   NamedSharding(mesh, P("data")))
+w = jnp.asarray(rng.standard_normal((32, 16)), jnp.float32)
+grads = []
+for f in (layer, lambda x, w: (x @ w.T) * jax.nn.sigmoid(x @ w.T)):
+    grad = jax.grad(lambda w, x: jnp.sum(f(x, w) ** 2))
+    step = jax.jit(jax.shard_map(grad, mesh=mesh, in_specs=(P(), P("data")), out_specs=P()))
+    grads.append(np.asarray(step(w, x)))
+assert len(jax.devices()) == 2
+np.testing.assert_allclose(grads[0], grads[1], rtol=2e-5, atol=2e-4)
+print("sharded ok")
+"""
+
+
+def test_data_parallel_under_shard_map_equals_pure_jax():
+    import subprocess
+    import sys
+
+    if not hasattr(jax, "shard_map"):
+        pytest.skip("this JAX has no jax.shard_map")
+    got = subprocess.run([sys.executable, "-c", SHARDED], capture_output=True, text=True,
+                         timeout=300)
+    assert got.returncode == 0 and "sharded ok" in got.stdout, got.stderr[-3000:]
