@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-NEEDS = {"interop.md": "torch"}
+NEEDS = {"interop.md": ("torch", "jax")}
 
 
 def blocks(path: Path) -> list[str]:
@@ -28,8 +28,8 @@ def test_docs_have_code():
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_doc_blocks_run(path, tmp_path, monkeypatch, capsys):
-    if path.name in NEEDS:
-        pytest.importorskip(NEEDS[path.name])
+    for module in NEEDS.get(path.name, ()):
+        pytest.importorskip(module, reason=f"{module} is not installed (the {module} extra)")
     monkeypatch.chdir(tmp_path)
     ns: dict = {"__name__": "__doc__"}
     for n, code in enumerate(blocks(path)):

@@ -60,3 +60,22 @@ def test_ode_adjoint_example_matches_finite_differences(capsys):
     err = _load("ode_adjoint").main()
     assert err < 1e-6
     assert "relative error" in capsys.readouterr().out
+
+
+def test_torch_layer_example_trains_under_torch_compile(capsys):
+    pytest.importorskip("torch", reason="PyTorch is not installed (the torch extra)")
+    # aot_eager traces the same full graphs as Inductor without its C++ compile (the
+    # Inductor path of a tecomp layer is tested in tests/interop/test_interop_torch.py)
+    final = _load("torch_layer").main(["--backend", "aot_eager", "--steps", "40"])
+    out = capsys.readouterr().out
+    first = float(out.split("loss ")[-1].split(" ->")[0])
+    assert final < 0.6 * first, out
+    assert "fullgraph=True" in out
+
+
+def test_jax_layer_example_trains_under_jit_grad(capsys):
+    pytest.importorskip("jax", reason="JAX is not installed (the jax extra)")
+    final = _load("jax_layer").main(["--steps", "40"])
+    out = capsys.readouterr().out
+    first = float(out.split("loss ")[-1].split(" ->")[0])
+    assert final < 0.6 * first, out

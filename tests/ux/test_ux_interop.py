@@ -1,4 +1,4 @@
-"""DLPack exchange and the PyTorch autograd.Function wrapper (skipped without PyTorch)."""
+"""DLPack exchange and the PyTorch wrapper's basic use (those tests skipped without PyTorch)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_call_dlpack_runs_a_kernel(rng):
 
 
 def test_torch_function_forward_backward_and_gradcheck():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch extra)")
     X, W, Z = _dense_tanh()
     f = tc.interop.torch_function(Z, [X, W])
     x = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
@@ -69,7 +69,7 @@ def test_torch_function_forward_backward_and_gradcheck():
 
 
 def test_torch_function_in_a_model_with_int_indices():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch extra)")
     E = tc.placeholder((10, 4), name="E")
     idx = tc.placeholder((6,), name="idx", dtype="int64")
     T = tc.ops.take(E, idx)
@@ -85,7 +85,7 @@ def test_torch_function_in_a_model_with_int_indices():
 
 
 def test_torch_function_errors():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (the torch extra)")
     X, W, Z = _dense_tanh()
     f = tc.interop.torch_function(Z, [X, W])
     with pytest.raises(tc.ArgumentError, match="takes 2 tensor"):
