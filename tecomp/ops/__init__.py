@@ -2,9 +2,11 @@
 
 from .butterfly import butterfly_chain, dct, kron_sparse_matmul
 from .butterfly_factors import real_butterfly
+from .conv_transpose import conv_transpose2d
 from .nn import avg_pool2d, conv2d, dense, layer_norm, log_softmax, max_pool2d, pad2d, softmax, take
 
 __all__ = [
-    "avg_pool2d", "butterfly_chain", "conv2d", "dct", "dense", "kron_sparse_matmul",
+    "avg_pool2d", "butterfly_chain", "conv2d", "conv_transpose2d", "dct", "dense",
+    "kron_sparse_matmul",
     "layer_norm", "log_softmax", "max_pool2d", "pad2d", "real_butterfly", "softmax", "take",
 ]
