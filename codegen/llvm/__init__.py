@@ -19,6 +19,7 @@ import numpy as np
 
 from ... import expr as E
 from ...errors import CompileError, TecompError
+from ...host import Host
 from ...loopir import Buffer, LoweredFunc
 from ..cache import KERNELS, CompileCache, program_key
 from ..disk_cache import DiskCache, default_cache
@@ -42,7 +43,8 @@ __all__ = ["build_kernel", "compile_function", "emit_module", "compile_ir", "Jit
 
 def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                      speed_level: int = 3, threads: bool = True,
-                     disk: DiskCache | None = _USE_DEFAULT) -> JitFunction:
+                     disk: DiskCache | None = _USE_DEFAULT,
+                     host: Host | None = None) -> JitFunction:
     """Compile ``func`` for the host CPU (stages: emit, verify, optimise, jit).
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
@@ -53,10 +55,12 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     :class:`~tecomp.errors.CompileError` naming the stage.  Compiled code is looked up in the
     in-memory ``cache``, then in the persistent ``disk`` cache (default:
     :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs.
+    ``host`` (default: this machine, :func:`tecomp.host.describe`) is the description the
+    schedule and the code generator use (another vector width, say).
     """
     options = f"llvm-O{speed_level}-threads{int(threads)}"
     store = default_cache() if disk is _USE_DEFAULT else disk
-    memory_key = program_key(func, options, target_key())
+    memory_key = program_key(func, options, target_key(host))
 
     def build() -> JitFunction:
         key = disk_key(memory_key) if store is not None else ""
@@ -65,7 +69,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
             if entry is not None and isinstance(entry.get("object"), bytes):
                 pooled = _pooled_from_record(entry.get("pooled"))
                 if pooled is None:  # extents not stored as constants: schedule to find them
-                    pooled = pooled_buffers(_schedule(func, threads))
+                    pooled = pooled_buffers(_schedule(func, threads, host))
                 try:
                     out = load_object(entry["object"], symbol_name(func.name),
                                       str(entry.get("source", "")))
@@ -74,7 +78,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                     return out
                 except CompileError:  # unusable entry: compile afresh and overwrite it
                     pass
-        emitted = _schedule(func, threads)
+        emitted = _schedule(func, threads, host)
         out = compile_now(emitted)
         out.pooled = pooled_buffers(emitted)
         if store is not None:
@@ -93,7 +97,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                 raise CompileError(
                     f"emit: could not emit LLVM IR for {func.name!r}: "
                     f"{type(err).__name__}: {err}") from err
-            out = compile_ir(module, symbol_name(func.name), speed_level=speed_level)
+            out = compile_ir(module, symbol_name(func.name), speed_level=speed_level,
+                             host=host)
             out.threads = threads
             return out
 
@@ -102,10 +107,10 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     return cache.get_or_compile(memory_key, build)
 
 
-def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
+def _schedule(func: LoweredFunc, threads: bool, host: Host | None = None) -> LoweredFunc:
     from ...passes.schedule import schedule_cpu
 
-    return schedule_cpu(func, threads=threads)
+    return schedule_cpu(func, threads=threads, host=host)
 
 
 def _pooled_record(pooled: tuple[Buffer, ...]) -> str | None:
@@ -138,7 +143,7 @@ def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
                  outputs: Sequence[Any] | None = None,
                  hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
                  cache: CompileCache | None = KERNELS, threads: bool = True,
-                 bounds: Any = None) -> Kernel:
+                 bounds: Any = None, host: Host | None = None) -> Kernel:
     """Compile ``func`` and wrap it in a :class:`~tecomp.codegen.kernel.Kernel`.
 
     ``inputs``/``outputs`` name what the arguments and results stand for (tensors and
@@ -146,7 +151,8 @@ def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
     no buffer shape mentions.  ``hidden`` gives the data of input buffers past those of
     ``inputs`` (constant tensors).  ``bounds`` (a ``BoundsInfo`` of
     :mod:`tecomp.passes.bounds_check`) says that the last output buffer is its error record.
+    ``host`` as for :func:`compile_function`.
     """
-    entry = compile_function(func, cache=cache, threads=threads)
+    entry = compile_function(func, cache=cache, threads=threads, host=host)
     return Kernel(func, entry, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
                   target="llvm", bounds=bounds)
