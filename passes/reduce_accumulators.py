@@ -50,7 +50,7 @@ holds anything else, or whose accumulator is read inside the nest, is left alone
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tecomp import expr as E
 from tecomp.functor import children, fresh_name
@@ -69,33 +69,45 @@ from tecomp.loopir import (
 
 
 def block_sums(func: LoweredFunc, *, block: int = 4096, min_part: int = 256,
-               min_terms: int = 16384) -> LoweredFunc:
+               min_terms: int = 16384, parallel: bool = False) -> LoweredFunc:
     """Sum long float32 reductions into scalar locals in blocks of about ``block`` terms,
     combined in float64 (see the module docstring).  Nests of at most ``min_terms`` steps
-    (constant trip count) are left alone."""
+    (constant trip count) are left alone.  With ``parallel``, a nest outside every loop whose
+    blocks are formed at its outermost loop computes its blocks in a ``"parallel"`` loop,
+    each into its own element of a float64 temporary, then adds them in order (below)."""
     if block < 1 or min_part < 1:
         raise ValueError("block_sums: block and min_part must be positive")
-    taken = _names(func.body) | {p.name for p in func.params}
-    body = _walk(func.body, block, min_part, min_terms, taken)
+    opts = _Options(block, min_part, min_terms, parallel,
+                    _names(func.body) | {p.name for p in func.params})
+    body = _walk(func.body, opts, True)
     return func if body is func.body else replace(func, body=body)
 
 
-def _walk(s: Stmt, block: int, min_part: int, min_terms: int, taken: set[str]) -> Stmt:
+@dataclass
+class _Options:
+    block: int
+    min_part: int
+    min_terms: int
+    parallel: bool
+    taken: set[str]
+
+
+def _walk(s: Stmt, opts: _Options, top: bool) -> Stmt:
     if isinstance(s, For):
-        out = _rewrite(s, block, min_part, min_terms, taken)
+        out = _rewrite(s, opts, top)
         if out is not None:
             return out
-        body = _walk(s.body, block, min_part, min_terms, taken)
+        body = _walk(s.body, opts, False)
         return s if body is s.body else replace(s, body=body)
     if isinstance(s, Seq):
-        items = tuple(_walk(x, block, min_part, min_terms, taken) for x in s.stmts)
+        items = tuple(_walk(x, opts, top) for x in s.stmts)
         return s if all(a is b for a, b in zip(items, s.stmts)) else Seq(items)
     if isinstance(s, (Allocate, LetStmt)):
-        body = _walk(s.body, block, min_part, min_terms, taken)
+        body = _walk(s.body, opts, top)
         return s if body is s.body else replace(s, body=body)
     if isinstance(s, IfThenElse):
-        then = _walk(s.then, block, min_part, min_terms, taken)
-        other = None if s.else_ is None else _walk(s.else_, block, min_part, min_terms, taken)
+        then = _walk(s.then, opts, False)
+        other = None if s.else_ is None else _walk(s.else_, opts, False)
         return s if then is s.then and other is s.else_ else IfThenElse(s.cond, then, other)
     return s
 
@@ -125,8 +137,8 @@ def _match(loop: For) -> tuple[list[For], Store] | None:
     return loops, st
 
 
-def _rewrite(loop: For, block: int, min_part: int, min_terms: int,
-             taken: set[str]) -> Stmt | None:
+def _rewrite(loop: For, opts: _Options, top: bool) -> Stmt | None:
+    block, min_part, min_terms, taken = opts.block, opts.min_part, opts.min_terms, opts.taken
     m = _match(loop)
     if m is None:
         return None
@@ -149,6 +161,8 @@ def _rewrite(loop: For, block: int, min_part: int, min_terms: int,
     head = loops[depth]
     step = max(1, block // max(inner, 1))
     ext = extents[depth]
+    if depth == 0 and top and opts.parallel and (ext is None or ext > step):
+        return _parallel(head, nest, acc, part, wide, step, taken)
     if ext is not None and ext <= step:  # one block per iteration of the loops above
         blocked: Stmt = Allocate(part, Seq((*partial, replace(head, body=nest), add_part)))
     else:
@@ -165,6 +179,41 @@ def _rewrite(loop: For, block: int, min_part: int, min_terms: int,
         Store(wide, (), E.Cast(BufferLoad(acc, (), "float32"), "float64")),
         blocked,
         Store(acc, (), E.Cast(BufferLoad(wide, (), "float64"), "float32")))))
+
+
+def _parallel(head: For, nest: Stmt, acc: Buffer, part: Buffer, wide: Buffer, step: int,
+              taken: set[str]) -> Stmt:
+    """The blocks of a top-level nest in a parallel loop, one float64 element each, then
+    their sum in block order::
+
+        allocate S_blocks: float64[(n + 4095) // 4096] {
+          parallel for (ib, 0, (n + 4095) // 4096) {
+            allocate S_part { S_part = 0.0
+              for (i, ib * 4096, min(ib * 4096 + 4096, n)) { S_part += X[i] * X[i] }
+              S_blocks[ib] = float64(S_part) } }
+          allocate S_wide { S_wide = float64(S_sum)
+            for (ib, 0, ..) { S_wide += S_blocks[ib] };  S_sum = float32(S_wide) } }
+    """
+    v, dt = head.var, head.var.dtype
+    span = step * head.step
+    count = E.FloorDiv(E.Add(E.Sub(head.hi, head.lo, dt), E.Const(span - 1, dt), dt),
+                       E.Const(span, dt), dt)
+    blocks = Buffer(_fresh(f"{acc.name}_blocks", taken), (count,), "float64", "temp")
+    b = E.Var(_fresh(f"{v.name}b", taken), dt)
+    first = E.Add(head.lo, E.Mul(b, E.Const(span, dt), dt), dt)
+    piece = replace(head, lo=first, hi=E.Min(E.Add(first, E.Const(span, dt), dt), head.hi, dt),
+                    body=nest, kind="serial")
+    fill = For(b, E.Const(0, dt), count, Allocate(part, Seq((
+        Store(part, (), E.Const(0.0, "float32")), piece,
+        Store(blocks, (b,), E.Cast(BufferLoad(part, (), "float32"), "float64"))))),
+        kind="parallel")
+    c = E.Var(_fresh(f"{v.name}c", taken), dt)
+    combine = Allocate(wide, Seq((
+        Store(wide, (), E.Cast(BufferLoad(acc, (), "float32"), "float64")),
+        For(c, E.Const(0, dt), count,
+            Store(wide, (), BufferLoad(blocks, (c,), "float64"), "sum")),
+        Store(acc, (), E.Cast(BufferLoad(wide, (), "float64"), "float32")))))
+    return Allocate(blocks, Seq((fill, combine)))
 
 
 def _product(xs: list[int | None]) -> int:

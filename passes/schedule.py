@@ -78,7 +78,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
 
     host = describe() if host is None else host
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
-    func = block_sums(func, block=256 * host.lanes(4))
+    func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
     return fuse_parallel(func) if threads else func
 
 

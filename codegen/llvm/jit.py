@@ -5,7 +5,9 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
 * ``verify`` — parse the IR text llvmlite.ir produced and run LLVM's verifier;
 * ``optimise`` — the new pass manager at speed level 3 with loop vectorisation, SLP
   vectorisation, unrolling and interleaving, on a target machine that carries the host CPU name
-  and features (without them LLVM only uses SSE);
+  and features (without them LLVM only uses SSE) and the vector width of
+  :func:`tecomp.host.describe` (on AVX-512 hosts LLVM's tuning would otherwise keep to 256-bit
+  vectors: the feature string switches ``prefer-256-bit`` off);
 * ``jit`` — the target machine emits an object file and an ORC LLJIT of its own links it
   against the running process (``malloc``/``free``/``pthread_create`` from libc, ``erf``...
   from libm, which Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, linked

@@ -92,3 +92,27 @@ def test_compiled_long_sums_match_float64():
     got = float(tc.build(T, [A])(a))
     want = float(np.abs(a.astype(np.float64)).sum())
     assert abs(got - want) <= 1e-6 * want
+
+
+def test_top_level_blocks_run_in_parallel_and_give_the_same_bits():
+    n = tc.var("n")
+    X, S = _sum_of_squares(n)
+    func, _ = lower_program([S], [X])
+    out = block_sums(func, block=64, parallel=True)
+    loops = [s for s in _stmts(out.body) if isinstance(s, For)]
+    assert [lp.kind for lp in loops] == ["parallel", "serial", "serial"]
+    x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    (par,) = run(out, [x], {n: 1000})
+    (ser,) = run(block_sums(func, block=64), [x], {n: 1000})
+    assert float(par) == float(ser)  # the same additions in the same order
+    (empty,) = run(out, [x[:0]], {n: 0})
+    assert float(empty) == 0.0
+    # compiled: one thread and all threads agree to the bit
+    m = 1 << 22
+    Y, T = _sum_of_squares(m)
+    kernel = tc.build(T, [Y])
+    y = np.random.default_rng(5).standard_normal(m).astype(np.float32)
+    kernel.threads = 1
+    one = float(kernel(y))
+    kernel.threads = 2
+    assert float(kernel(y)) == one
