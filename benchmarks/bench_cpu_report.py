@@ -112,7 +112,7 @@ README_END = "![CPU benchmark](docs/bench_cpu.png)"
 
 
 def readme_section(rows: list[dict[str, Any]], peaks: dict[int, float], counts: list[int],
-                   stamp: str, cpu: str, load: str) -> str:
+                   stamp: str, cpu: str, load: str, results: str = "cpu.md") -> str:
     """The README's benchmark paragraph: the realistic suite's ratios for each thread
     count, from one run (``rows``)."""
     head = ["case"] + [f"{k} ratio, {t} thr" for t in counts for k in ("fwd", "grad")] + \
@@ -149,7 +149,7 @@ def readme_section(rows: list[dict[str, Any]], peaks: dict[int, float], counts: 
         f"CPU, {stamp}, {cpu} ({load}); float32; ratios are tecomp / best of (PyTorch, JAX) "
         "timed round-robin in one process per case (below 1: tecomp is faster); measured FMA "
         f"peak {peak} GFLOP/s. Times, spreads, NumPy/OpenBLAS, the latency suite and notes: "
-        "[benchmarks/results/cpu.md](benchmarks/results/cpu.md); reproduce with "
+        f"[benchmarks/results/{results}](benchmarks/results/{results}); reproduce with "
         "`python -m benchmarks.bench_cpu` (peers per [benchmarks/README.md]"
         "(benchmarks/README.md)).", "", *lines, "", *summary, "", ""])
 
