@@ -144,14 +144,17 @@ def readme_section(rows: list[dict[str, Any]], peaks: dict[int, float], counts: 
             summary.append(f"* {t} thread{'s' if t > 1 else ''}: geometric mean tecomp / "
                            f"best(PyTorch, JAX) forward {gf:.2f}, gradient {gg:.2f}")
     peak = ", ".join(f"{t} thr {p:.0f}" for t, p in peaks.items())
+    import textwrap
+
     return "\n".join([
-        README_START,
+        README_START, *textwrap.wrap(
         f"CPU, {stamp}, {cpu} ({load}); float32; ratios are tecomp / best of (PyTorch, JAX) "
         "timed round-robin in one process per case (below 1: tecomp is faster); measured FMA "
         f"peak {peak} GFLOP/s. Times, spreads, NumPy/OpenBLAS, the latency suite and notes: "
         f"[benchmarks/results/{results}](benchmarks/results/{results}); reproduce with "
         "`python -m benchmarks.bench_cpu` (peers per [benchmarks/README.md]"
-        "(benchmarks/README.md)).", "", *lines, "", *summary, "", ""])
+        "(benchmarks/README.md)).", 100, break_on_hyphens=False), "", *lines, "", *summary,
+        "", ""])
 
 
 def update_readme(path: Any, section: str) -> bool:
