@@ -150,7 +150,8 @@ def readme_section(rows: list[dict[str, Any]], peaks: dict[int, float], counts: 
         README_START, *textwrap.wrap(
         f"CPU, {stamp}, {cpu} ({load}); float32; ratios are tecomp / best of (PyTorch, JAX) "
         "timed round-robin in one process per case (below 1: tecomp is faster); measured FMA "
-        f"peak {peak} GFLOP/s. Times, spreads, NumPy/OpenBLAS, the latency suite and notes: "
+        f"peak {peak} GFLOP/s. Times, spreads, NumPy/OpenBLAS, notes and (in a full run) "
+        "the latency suite: "
         f"[benchmarks/results/{results}](benchmarks/results/{results}); reproduce with "
         "`python -m benchmarks.bench_cpu` (peers per [benchmarks/README.md]"
         "(benchmarks/README.md)).", 100, break_on_hyphens=False), "", *lines, "", *summary,
