@@ -1,15 +1,21 @@
 """The cases of the CPU benchmark (``bench_cpu.py``), each written once per framework.
 
 A case lists its inputs (shape, dtype, whether it is differentiated) and one function per
-framework that computes the forward output from that framework's inputs: tecomp (DSL), NumPy,
-PyTorch, JAX and TVM (``te``/``topi``).  The gradient is the vector-Jacobian product with a
-random head of the output's shape, with respect to the differentiated inputs: ``tc.gradient``,
-``torch.autograd.grad``, ``jax.vjp`` (jitted) and TVM's ``te.gradient``.  NumPy gradients are
-hand-written where short.
+framework computing the forward output from that framework's inputs: tecomp (DSL), PyTorch,
+JAX and, where it is one line, NumPy.  The gradient is the vector-Jacobian product with a
+random head of the output's shape with respect to the differentiated inputs
+(``tc.gradient``, ``torch.autograd.grad``, jitted ``jax.vjp``).  The PyTorch function, run
+in float64, is the reference every result is checked against.
+
+Suites: ``"default"`` — realistic sizes (ResNet-style convolutions of batch 8, transformer
+pieces, dense layers 768-3072 wide, matmul 256-2048, embeddings, losses, long reductions);
+``"latency"`` — the small cases of earlier versions, where a call's fixed overhead of a few
+microseconds decides the ratio.  ``quick`` marks the subset ``--quick`` runs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,12 +38,13 @@ class Case:
     name: str
     inputs: list[Input]
     tecomp: Callable[..., Any]
-    numpy: Callable[..., Any]
-    torch: Callable[..., Any] | None = None
+    torch: Callable[..., Any]
     jax: Callable[..., Any] | None = None
-    tvm: Callable[..., Any] | None = None
+    numpy: Callable[..., Any] | None = None
     numpy_grad: Callable[..., Any] | None = None  # (*inputs, head) -> grads of diff inputs
-    flops: int = 0
+    flops: int = 0  # forward multiply-adds x 2, for contractions (0: not a contraction)
+    suite: str = "default"
+    quick: bool = False
 
     def arrays(self, rng: np.random.Generator) -> list[np.ndarray]:
         out = []
@@ -49,303 +56,281 @@ class Case:
         return out
 
 
-def _np_conv(x, w, stride=1, pad=0, dil=1, groups=1):
-    n, c, h, wd = x.shape
-    k, cg, r, s = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (h + 2 * pad - dil * (r - 1) - 1) // stride + 1
-    ow = (wd + 2 * pad - dil * (s - 1) - 1) // stride + 1
-    cols = np.empty((n, c, r, s, oh, ow), x.dtype)
-    for a in range(r):
-        for b in range(s):
-            cols[:, :, a, b] = xp[:, :, a * dil:a * dil + stride * oh:stride,
-                                  b * dil:b * dil + stride * ow:stride]
-    if groups == 1:
-        return np.einsum("ncrsyx,kcrs->nkyx", cols, w, optimize=True)
-    return np.einsum("ncrsyx,crs->ncyx", cols, w[:, 0], optimize=True)
-
-
-def _torch():
-    import torch
+def _F():
     import torch.nn.functional as F
 
-    return torch, F
+    return F
 
 
-def _jnp():
+def _jax():
     import jax
-    import jax.numpy as jnp
 
-    return jax, jnp
-
-
-def _topi():
-    from tvm import te, topi
-
-    return te, topi
+    return jax
 
 
-def matmul(n: int) -> Case:
+# ------------------------------------------------------------------------------ contractions
+def matmul(n: int, quick: bool = False, suite: str = "default") -> Case:
     def tcf(A, B):
         k = tc.reduce_axis(n, name="k")
         return tc.compute((n, n), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
 
-    def tvmf(A, B):
-        te, _ = _topi()
-        k = te.reduce_axis((0, n), name="k")
-        return te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    def mm(a, b):
+        return a @ b
 
-    return Case(f"matmul {n}^3", [Input("A", (n, n)), Input("B", (n, n))], tcf,
-                lambda a, b: a @ b, lambda a, b: a @ b, lambda a, b: a @ b, tvmf,
-                lambda a, b, h: (h @ b.T, a.T @ h), 2 * n ** 3)
+    return Case(f"matmul {n}^3", [Input("A", (n, n)), Input("B", (n, n))], tcf, mm, mm, mm,
+                lambda a, b, h: (h @ b.T, a.T @ h), 2 * n ** 3, suite, quick)
 
 
-def conv(name: str, stride: int, pad: int, dil: int, depthwise: bool = False) -> Case:
-    c, k = 16, (16 if depthwise else 32)
-    wshape = (16, 1, 3, 3) if depthwise else (32, 16, 3, 3)
-    groups = 16 if depthwise else 1
+def bmm(b: int, m: int, k: int, n: int) -> Case:
+    def tcf(A, B):
+        r = tc.reduce_axis(k, name="r")
+        return tc.compute((b, m, n), lambda z, i, j: tc.sum(A[z, i, r] * B[z, r, j], axis=r),
+                          name="C")
+
+    def mm(x, y):
+        return x @ y
+
+    return Case(f"batched matmul {b}x{m}x{k}x{n}",
+                [Input("A", (b, m, k)), Input("B", (b, k, n))], tcf, mm, mm, mm,
+                flops=2 * b * m * n * k)
+
+
+def dense(batch: int, nin: int, nout: int, quick: bool = False) -> Case:
+    def lin(x, w, bias):
+        return x @ w.T + bias
+
+    return Case(f"dense {batch}x{nin}->{nout}",
+                [Input("X", (batch, nin)), Input("W", (nout, nin)), Input("b", (nout,))],
+                lambda X, W, b: tc.ops.dense(X, W, b), lambda x, w, b: _F().linear(x, w, b),
+                lin, lin, flops=2 * batch * nin * nout, quick=quick)
+
+
+def conv(n: int, c: int, k: int, hw: int, r: int, stride: int, pad: int,
+         depthwise: bool = False, quick: bool = False, suite: str = "default") -> Case:
+    groups = c if depthwise else 1
+    wshape = (c, 1, r, r) if depthwise else (k, c, r, r)
+    oh = (hw + 2 * pad - r) // stride + 1
 
     def tcf(X, W):
-        return tc.ops.conv2d(X, W, stride=stride, padding=pad, dilation=dil, groups=groups)
+        return tc.ops.conv2d(X, W, stride=stride, padding=pad, groups=groups)
 
     def torchf(x, w):
-        _, F = _torch()
-        return F.conv2d(x, w, stride=stride, padding=pad, dilation=dil, groups=groups)
+        return _F().conv2d(x, w, stride=stride, padding=pad, groups=groups)
 
     def jaxf(x, w):
-        jax, _ = _jnp()
-        return jax.lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad)] * 2,
-                                            rhs_dilation=(dil, dil),
-                                            feature_group_count=groups)
+        return _jax().lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad)] * 2,
+                                               feature_group_count=groups)
 
-    def tvmf(X, W):
-        _, topi = _topi()
-        if depthwise:
-            return topi.nn.depthwise_conv2d_nchw(X, W, stride, pad, dil)
-        return topi.nn.conv2d_nchw(X, W, stride, pad, dil)
-
-    oh = (32 + 2 * pad - dil * 2 - 1) // stride + 1
-    flops = 2 * k * (1 if depthwise else c) * 9 * oh * oh
-    return Case(name, [Input("X", (1, c, 32, 32)), Input("W", wshape)], tcf,
-                lambda x, w: _np_conv(x, w, stride, pad, dil, groups), torchf, jaxf, tvmf,
-                flops=flops)
+    kind = "depthwise" if depthwise else f"conv{r}x{r}"
+    name = f"{kind}{'/2' if stride == 2 else ''} {n}x{c}x{hw}x{hw}" + \
+        ("" if depthwise else f"->{k}")
+    flops = 2 * n * (c if depthwise else k) * (1 if depthwise else c) * r * r * oh * oh
+    return Case(name, [Input("X", (n, c, hw, hw)), Input("W", wshape)], tcf, torchf, jaxf,
+                flops=flops, suite=suite, quick=quick)
 
 
-def pool(kind: str) -> Case:
-    def tcf(X):
-        f = tc.ops.max_pool2d if kind == "max" else tc.ops.avg_pool2d
-        return f(X, 2, 2)
+def conv_transpose(n: int, c: int, k: int, hw: int) -> Case:
+    """Stride 2, padding 1, kernel 4 (output 2*hw): ``tc.ops.conv_transpose2d`` where the
+    library has it, else ``Y[n,o,y,x] = sum X[n,c,(y+1-ky)/2,(x+1-kx)/2] * W[c,o,ky,kx]``
+    over the terms whose divisions are exact and in range."""
+    out = 2 * hw
 
-    def npf(x):
-        v = x.reshape(1, 16, 16, 2, 16, 2)
-        return v.max(axis=(3, 5)) if kind == "max" else v.mean(axis=(3, 5))
+    def tcf(X, W):
+        op = getattr(tc.ops, "conv_transpose2d", None)
+        if op is not None:
+            return op(X, W, stride=2, padding=1)
+        rc, ry, rx = (tc.reduce_axis(c, name="rc"), tc.reduce_axis(4, name="ry"),
+                      tc.reduce_axis(4, name="rx"))
 
-    def torchf(x):
-        _, F = _torch()
-        return F.max_pool2d(x, 2, 2) if kind == "max" else F.avg_pool2d(x, 2, 2)
+        def body(b, o, y, x):
+            iy, ix = (y + 1 - ry) // 2, (x + 1 - rx) // 2
+            ok = tc.all(tc.eq((y + 1 - ry) % 2, 0), tc.eq((x + 1 - rx) % 2, 0), iy >= 0,
+                        iy < hw, ix >= 0, ix < hw)
+            return tc.sum(X[b, rc, iy, ix] * W[rc, o, ry, rx], axis=[rc, ry, rx], where=ok)
 
-    def jaxf(x):
-        jax, jnp = _jnp()
-        if kind == "max":
-            return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
-                                         "VALID")
-        return jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2),
-                                     "VALID") * 0.25
+        return tc.compute((n, k, out, out), body, name="convT")
 
-    def tvmf(X):
-        _, topi = _topi()
-        return topi.nn.pool2d(X, [2, 2], [2, 2], [1, 1], [0, 0, 0, 0], kind, layout="NCHW")
+    def jaxf(x, w):
+        return _jax().lax.conv_transpose(x, w, (2, 2), [(2, 2), (2, 2)],
+                                         dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                         transpose_kernel=True)
 
-    return Case(f"{kind} pool 2x2/2", [Input("X", (1, 16, 32, 32))], tcf, npf, torchf, jaxf,
-                tvmf)
-
-
-def softmax(n: int) -> Case:
-    def npf(x):
-        e = np.exp(x - x.max(1, keepdims=True))
-        return e / e.sum(1, keepdims=True)
-
-    def npg(x, h):
-        y = npf(x)
-        return (y * (h - (h * y).sum(1, keepdims=True)),)
-
-    def torchf(x):
-        torch, _ = _torch()
-        return torch.softmax(x, 1)
-
-    def jaxf(x):
-        jax, _ = _jnp()
-        return jax.nn.softmax(x, axis=1)
-
-    def tvmf(X):
-        _, topi = _topi()
-        return topi.nn.softmax(X, axis=1)
-
-    return Case(f"softmax {n}^2", [Input("X", (n, n))], tc.ops.softmax, npf, torchf, jaxf,
-                tvmf, npg)
+    return Case(f"conv_transpose4x4/2 {n}x{c}x{hw}x{hw}->{k}",
+                [Input("X", (n, c, hw, hw)), Input("W", (c, k, 4, 4))], tcf,
+                lambda x, w: _F().conv_transpose2d(x, w, stride=2, padding=1), jaxf,
+                flops=2 * n * c * k * 16 * hw * hw)
 
 
-def sigmoid() -> Case:
-    n = 1024
+# ------------------------------------------------------------------------------ transformer
+def attention(heads: int, length: int, d: int, quick: bool = False) -> Case:
+    scale = 1.0 / math.sqrt(d)
 
-    def tcf(X):
-        return tc.compute((n, n), lambda i, j: tc.sigmoid(X[i, j]), name="sig")
+    def tcf(Q, K, V):
+        c = tc.reduce_axis(d, name="c")
+        S = tc.compute((heads, length, length), lambda h, i, j: tc.if_then_else(
+            j <= i, tc.sum(Q[h, i, c] * K[h, j, c], axis=c) * scale, -1e30), name="S")
+        P = tc.ops.softmax(S)
+        t = tc.reduce_axis(length, name="t")
+        return tc.compute((heads, length, d),
+                          lambda h, i, e: tc.sum(P[h, i, t] * V[h, t, e], axis=t), name="O")
 
-    def npf(x):
-        return 1 / (1 + np.exp(-x))
+    def torchf(q, k, v):
+        import torch
 
-    def npg(x, h):
-        y = npf(x)
-        return (h * y * (1 - y),)
+        s = (q @ k.transpose(-1, -2)) * scale
+        mask = torch.ones(length, length, dtype=torch.bool).triu(1)
+        return torch.softmax(s.masked_fill(mask, -1e30), -1) @ v
 
-    def torchf(x):
-        torch, _ = _torch()
-        return torch.sigmoid(x)
+    def jaxf(q, k, v):
+        jnp = _jax().numpy
+        s = (q @ jnp.swapaxes(k, -1, -2)) * scale
+        i = jnp.arange(length)
+        s = jnp.where(i[None, :] <= i[:, None], s, -1e30)
+        return _jax().nn.softmax(s, axis=-1) @ v
 
-    def jaxf(x):
-        jax, _ = _jnp()
-        return jax.nn.sigmoid(x)
-
-    def tvmf(X):
-        _, topi = _topi()
-        return topi.sigmoid(X)
-
-    return Case("sigmoid 1024^2", [Input("X", (n, n))], tcf, npf, torchf, jaxf, tvmf, npg)
-
-
-def take() -> Case:
-    def npg(e, idx, h):
-        g = np.zeros_like(e)
-        np.add.at(g, idx, h)
-        return (g,)
-
-    def torchf(e, idx):
-        return e[idx]
-
-    def jaxf(e, idx):
-        _, jnp = _jnp()
-        return jnp.take(e, idx, axis=0)
-
-    def tvmf(E, idx):
-        _, topi = _topi()
-        return topi.take(E, idx, axis=0)
-
-    return Case("take 1000x64[4096]", [Input("E", (1000, 64)),
-                                       Input("idx", (4096,), "int64", False, 1000)],
-                tc.ops.take, lambda e, idx: e[idx], torchf, jaxf, tvmf, npg)
+    shape = (heads, length, d)
+    return Case(f"causal attention {heads}x{length}x{d}",
+                [Input("Q", shape), Input("K", shape), Input("V", shape)], tcf, torchf, jaxf,
+                # the products tecomp computes: the lower triangle of Q K^T (the masked
+                # scores are never evaluated), all of P V
+                flops=2 * heads * d * (length * (length + 1) // 2 + length * length),
+                quick=quick)
 
 
-def broadcast_add() -> Case:
-    n = 1024
-
-    def tcf(A, b):
-        return tc.compute((n, n), lambda i, j: A[i, j] + b[j], name="badd")
-
-    def tvmf(A, b):
-        _, topi = _topi()
-        return topi.add(A, b)
-
-    return Case("broadcast add 1024^2", [Input("A", (n, n)), Input("b", (n,))], tcf,
-                lambda a, b: a + b, lambda a, b: a + b, lambda a, b: a + b, tvmf,
-                lambda a, b, h: (h.copy(), h.sum(0)))
-
-
-def reduce_max() -> Case:
-    n = 1024
-
-    def tcf(A):
-        k = tc.reduce_axis(n, name="k")
-        return tc.compute((n,), lambda i: tc.max(A[i, k], axis=k), name="rmax")
-
-    def npg(a, h):
-        return ((a == a.max(1, keepdims=True)) * h[:, None],)
-
-    def torchf(a):
-        return a.amax(1)
-
-    def jaxf(a):
-        return a.max(1)
-
-    def tvmf(A):
-        _, topi = _topi()
-        return topi.max(A, axis=1)
-
-    return Case("reduce max 1024^2", [Input("A", (n, n))], tcf, lambda a: a.max(1), torchf,
-                jaxf, tvmf, npg)
-
-
-def mlp() -> Case:
-    sizes = [100, 256, 256, 256, 256, 10]
-    ins = [Input("x", (64, 100), diff=False)]
-    for n in range(5):
-        ins += [Input(f"W{n}", (sizes[n + 1], sizes[n])), Input(f"b{n}", (sizes[n + 1],))]
-
-    def tcf(x, *wb):
-        h = x
-        for n in range(5):
-            h = tc.ops.dense(h, wb[2 * n], wb[2 * n + 1], name=f"d{n}")
-            if n < 4:
-                h = tc.compute(h.shape, lambda i, j, h=h: tc.tanh(h[i, j]), name=f"t{n}")
-        return h
-
-    def generic(x, *wb, tanh=np.tanh):
-        h = x
-        for n in range(5):
-            h = h @ wb[2 * n].T + wb[2 * n + 1]
-            if n < 4:
-                h = tanh(h)
-        return h
-
-    def torchf(x, *wb):
-        torch, _ = _torch()
-        return generic(x, *wb, tanh=torch.tanh)
-
-    def jaxf(x, *wb):
-        _, jnp = _jnp()
-        return generic(x, *wb, tanh=jnp.tanh)
-
-    def tvmf(x, *wb):
-        _, topi = _topi()
-        h = x
-        for n in range(5):
-            h = topi.nn.dense(h, wb[2 * n], wb[2 * n + 1])
-            if n < 4:
-                h = topi.tanh(h)
-        return h
-
-    return Case("tanh MLP 64x100, 4x256", ins, tcf, generic, torchf, jaxf, tvmf)
-
-
-def layer_norm() -> Case:
-    def npf(x, g, b):
-        m = x.mean(1, keepdims=True)
-        v = ((x - m) ** 2).mean(1, keepdims=True)
-        return (x - m) / np.sqrt(v + 1e-5) * g + b
-
-    def torchf(x, g, b):
-        _, F = _torch()
-        return F.layer_norm(x, (1024,), g, b, 1e-5)
-
+def layer_norm(rows: int, cols: int, quick: bool = False) -> Case:
     def jaxf(x, g, b):
-        _, jnp = _jnp()
+        jnp = _jax().numpy
         m = x.mean(1, keepdims=True)
         v = ((x - m) ** 2).mean(1, keepdims=True)
         return (x - m) / jnp.sqrt(v + 1e-5) * g + b
 
-    def tvmf(X, g, b):
-        _, topi = _topi()
-        return topi.nn.layer_norm(X, g, b, axis=[-1], epsilon=1e-5)
+    return Case(f"layer norm {rows}x{cols}",
+                [Input("X", (rows, cols)), Input("g", (cols,)), Input("b", (cols,))],
+                lambda X, g, b: tc.ops.layer_norm(X, g, b),
+                lambda x, g, b: _F().layer_norm(x, (cols,), g, b, 1e-5), jaxf, quick=quick)
 
-    return Case("layer norm 512x1024", [Input("X", (512, 1024)), Input("g", (1024,)),
-                                        Input("b", (1024,))],
-                lambda X, g, b: tc.ops.layer_norm(X, g, b), npf, torchf, jaxf, tvmf)
+
+def gelu_tc(X: Any) -> Any:
+    """The tanh form of GELU (Hendrycks & Gimpel 2016; GPT-2's), which every framework has:
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    c = math.sqrt(2.0 / math.pi)
+    return tc.compute(X.shape, lambda *i: 0.5 * X[i] * (
+        1.0 + tc.tanh(c * (X[i] + 0.044715 * X[i] * X[i] * X[i]))), name="gelu")
+
+
+def gelu(rows: int, cols: int, quick: bool = False) -> Case:
+    return Case(f"GELU (tanh) {rows}x{cols}", [Input("X", (rows, cols))], gelu_tc,
+                lambda x: _F().gelu(x, approximate="tanh"),
+                lambda x: _jax().nn.gelu(x, approximate=True), quick=quick)
+
+
+def _cross_entropy_tc(logits: Any, y: Any, batch: int) -> Any:
+    ls = tc.ops.log_softmax(logits)
+    i = tc.reduce_axis(batch, name="i")
+    return tc.compute((), lambda: tc.sum(-ls[i, y[i]], axis=i) / float(batch), name="loss")
+
+
+def _cross_entropy_jax(logits: Any, y: Any) -> Any:
+    jax = _jax()
+    ls = jax.nn.log_softmax(logits, axis=1)
+    return -jax.numpy.take_along_axis(ls, y[:, None], axis=1).mean()
+
+
+def cross_entropy(batch: int, classes: int, quick: bool = False) -> Case:
+    return Case(f"softmax cross-entropy {batch}x{classes}",
+                [Input("Z", (batch, classes)), Input("y", (batch,), "int64", False, classes)],
+                lambda Z, y: _cross_entropy_tc(Z, y, batch),
+                lambda z, y: _F().cross_entropy(z, y), _cross_entropy_jax, quick=quick)
+
+
+def mlp_loss(batch: int, nin: int, hidden: int, classes: int, quick: bool = False) -> Case:
+    ins = [Input("x", (batch, nin), diff=False), Input("W1", (hidden, nin)),
+           Input("b1", (hidden,)), Input("W2", (classes, hidden)), Input("b2", (classes,)),
+           Input("y", (batch,), "int64", False, classes)]
+
+    def tcf(x, W1, b1, W2, b2, y):
+        h = tc.ops.dense(x, W1, b1, name="h")
+        r = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
+        return _cross_entropy_tc(tc.ops.dense(r, W2, b2, name="z"), y, batch)
+
+    def torchf(x, W1, b1, W2, b2, y):
+        F = _F()
+        return F.cross_entropy(F.linear(F.relu(F.linear(x, W1, b1)), W2, b2), y)
+
+    def jaxf(x, W1, b1, W2, b2, y):
+        jnp = _jax().numpy
+        return _cross_entropy_jax(jnp.maximum(x @ W1.T + b1, 0.0) @ W2.T + b2, y)
+
+    return Case(f"MLP {nin}-{hidden}-{classes} + CE, batch {batch}", ins, tcf, torchf, jaxf,
+                flops=2 * batch * (nin * hidden + hidden * classes), quick=quick)
+
+
+# ------------------------------------------------------------------------------ memory-bound
+def embedding(vocab: int, dim: int, count: int) -> Case:
+    return Case(f"embedding {vocab}x{dim}[{count}]",
+                [Input("E", (vocab, dim)), Input("idx", (count,), "int64", False, vocab)],
+                tc.ops.take, lambda e, i: e[i], lambda e, i: _jax().numpy.take(e, i, axis=0),
+                lambda e, i: e[i])
+
+
+def sum_squares(n: int, quick: bool = False) -> Case:
+    def tcf(X):
+        i = tc.reduce_axis(n, name="i")
+        return tc.compute((), lambda: tc.sum(X[i] * X[i], axis=i), name="ss")
+
+    return Case(f"sum of squares {n // (1 << 20)}M", [Input("X", (n,))], tcf,
+                lambda x: (x * x).sum(), lambda x: (x * x).sum(), lambda x: np.dot(x, x),
+                quick=quick)
+
+
+def row_sum(rows: int, cols: int) -> Case:
+    def tcf(X):
+        j = tc.reduce_axis(cols, name="j")
+        return tc.compute((rows,), lambda i: tc.sum(X[i, j], axis=j), name="rs")
+
+    def rs(x):
+        return x.sum(1)
+
+    return Case(f"row sum {rows}x{cols}", [Input("X", (rows, cols))], tcf, rs, rs, rs)
+
+
+# ------------------------------------------------------------------------------ latency
+def softmax(n: int) -> Case:
+    return Case(f"softmax {n}^2", [Input("X", (n, n))], tc.ops.softmax,
+                lambda x: x.softmax(1), lambda x: _jax().nn.softmax(x, axis=1), suite="latency")
+
+
+def max_pool() -> Case:
+    def jaxf(x):
+        jax = _jax()
+        return jax.lax.reduce_window(x, -jax.numpy.inf, jax.lax.max, (1, 1, 2, 2),
+                                     (1, 1, 2, 2), "VALID")
+
+    return Case("max pool 2x2/2 1x16x32x32", [Input("X", (1, 16, 32, 32))],
+                lambda X: tc.ops.max_pool2d(X, 2, 2), lambda x: _F().max_pool2d(x, 2, 2), jaxf,
+                suite="latency")
+
+
+def small_take() -> Case:
+    c = embedding(1000, 64, 4096)
+    c.suite = "latency"
+    return c
 
 
 def all_cases() -> list[Case]:
+    latency = [conv(1, 16, 32, 32, 3, 1, 1, suite="latency"),
+               conv(1, 16, 32, 32, 3, 2, 1, suite="latency"),
+               conv(1, 16, 16, 32, 3, 1, 1, depthwise=True, suite="latency"),
+               matmul(64, suite="latency"), softmax(256), max_pool(), small_take()]
     return [
-        matmul(256), matmul(512),
-        conv("conv2d s1 p1", 1, 1, 1), conv("conv2d s2 p1", 2, 1, 1),
-        conv("conv2d dil2 p2", 1, 2, 2), conv("depthwise 16x1x3x3 p1", 1, 1, 1, True),
-        pool("max"), pool("avg"), softmax(256), softmax(1000), sigmoid(), take(),
-        broadcast_add(), reduce_max(), mlp(), layer_norm(),
+        conv(8, 64, 64, 32, 3, 1, 1, quick=True), conv(8, 64, 128, 32, 3, 2, 1),
+        conv(8, 256, 64, 16, 1, 1, 0), conv(8, 256, 256, 8, 3, 1, 1),
+        conv(8, 128, 128, 32, 3, 1, 1, depthwise=True), conv_transpose(8, 64, 32, 16),
+        attention(4, 256, 64, quick=True), attention(8, 1024, 64),
+        layer_norm(2048, 768, quick=True), gelu(2048, 2048, quick=True),
+        dense(512, 768, 3072), dense(512, 3072, 768),
+        mlp_loss(256, 784, 1024, 10, quick=True), cross_entropy(4096, 1000),
+        matmul(256), matmul(512, quick=True), matmul(1024), matmul(2048), bmm(16, 256, 64, 256),
+        embedding(32000, 512, 8192), sum_squares(1 << 24, quick=True), row_sum(4096, 4096),
+        *latency,
     ]

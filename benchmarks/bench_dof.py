@@ -1,7 +1,8 @@
 """Laplacians of tanh MLPs: tecomp DOF against tecomp's Hessian method, JAX and folx.
 
 For each configuration (input size N, width W, batch B; four tanh layers and a linear readout,
-float64) this measures, in one process and interleaved round by round:
+float64) this measures, in a process of its own and interleaved round by round (the order
+rotating from round to round; medians and half the interquartile range):
 
 * ``tecomp dof``      -- ``tc.laplacian(u, x)`` (forward propagation of the operator), built;
 * ``tecomp hessian``  -- ``tc.laplacian(u, x, method="hessian")`` (forward over reverse), built;
@@ -177,18 +178,21 @@ def run_config(n: int, width: int, batch: int, rounds: int, static: bool) -> Non
         results[name] = np.asarray(out[0] if isinstance(out, tuple) else out)
     ref = results["tecomp dof"]
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
+    names = list(calls)
+    for r in range(rounds):  # round-robin, the order rotating from round to round
+        for name in names[r % len(names):] + names[:r % len(names)]:
             t0 = time.perf_counter()
-            call()
+            calls[name]()
             times[name].append(time.perf_counter() - t0)
     base = statistics.median(times["tecomp dof"])
     for name in calls:
         med = statistics.median(times[name])
+        q = statistics.quantiles(times[name], n=4) if rounds >= 2 else [med, med, med]
         err = np.abs(results[name] - ref).max() / (np.abs(ref).max() + 1e-300)
         mem = peak_growth_mib(calls[name])
         mem_s = "n/a" if mem is None else f"{max(mem, 0.0) + held.get(name, 0.0):.1f} MiB"
-        print(f"  {name:16s} {med * 1e3:9.1f} ms  {med / base:6.2f}x dof   "
+        print(f"  {name:16s} {med * 1e3:9.1f} ms ±{(q[2] - q[0]) / 2 / med:4.0%}  "
+              f"{med / base:6.2f}x dof   "
               f"peak {mem_s:>10s}   rel. diff {err:.1e}")
     if static:
         print("  " + static_ratios(x, u, n, rng))
@@ -200,13 +204,25 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--no-static", action="store_true", help="skip the static cost ratios")
     ap.add_argument("--config", metavar="N,W,B", help="one configuration: input size, width, "
-                    "batch")
+                    "batch (run in this process)")
     args = ap.parse_args()
-    configs = [(20, 32, 16)] if args.quick else CONFIGS
     if args.config:
-        configs = [tuple(int(v) for v in args.config.split(","))]
-    for n, width, batch in configs:
+        n, width, batch = (int(v) for v in args.config.split(","))
         run_config(n, width, batch, 3 if args.quick else args.rounds, not args.no_static)
+        return
+    import subprocess
+    import sys
+
+    try:  # the CPU, its vector width and caches
+        from benchmarks.bench_cpu import machine
+    except ImportError:  # run as a script from benchmarks/
+        from bench_cpu import machine
+
+    print(f"machine: {machine()}", flush=True)
+    for n, width, batch in [(20, 32, 16)] if args.quick else CONFIGS:  # a process each
+        cmd = [sys.executable, __file__, "--config", f"{n},{width},{batch}",
+               "--rounds", str(3 if args.quick else args.rounds)]
+        subprocess.run(cmd + (["--no-static"] if args.no_static else []), check=False)
 
 
 if __name__ == "__main__":

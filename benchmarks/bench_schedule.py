@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
                     np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(scale, 1.0),
                                                err_msg=f"{name} {what} {how}")
             npt = "—"
-            if what == "fwd":
+            if what == "fwd" and case.numpy is not None:
                 npt = f"{median_ms(lambda c=case, a=arrays: c.numpy(*a), args.repeat):.3g}"
             elif case.numpy_grad is not None:
                 t_np = median_ms(lambda c=case, a=arrays, h=head: c.numpy_grad(*a, h),

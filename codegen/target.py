@@ -44,6 +44,13 @@ def source_digest(*folders: str) -> str:
     return h.hexdigest()[:16]
 
 
+@lru_cache(maxsize=32)
+def file_digest(path: str) -> str:
+    """A digest of one source file (a module outside the folders :func:`source_digest` reads
+    that a target's code still depends on, such as the host description)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
 def package_folder(module_file: str) -> str:
     """The folder of the package whose module is ``module_file`` (give it ``__file__``)."""
     return str(Path(module_file).resolve().parent)

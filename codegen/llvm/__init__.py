@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import expr as E
 from ...errors import CompileError, TecompError
+from ...host import Host
 from ...logs import timed
 from ...loopir import Buffer, LoweredFunc
 from ..cache import KERNELS, CompileCache
@@ -52,13 +53,14 @@ class LlvmTarget(Target):
     name = "llvm"
 
     def __init__(self, schedule: Schedule | None = None, *, speed_level: int = 3,
-                 threads: bool = True) -> None:
+                 threads: bool = True, host: Host | None = None) -> None:
         super().__init__(schedule)
         self.speed_level = speed_level
         self.threads = threads
+        self.host = host  # None: this machine (tecomp.host.describe)
 
     def description(self) -> str:
-        return target_key()
+        return target_key(self.host)
 
     def codegen_version(self) -> str:
         return code_version()
@@ -71,7 +73,7 @@ class LlvmTarget(Target):
               hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
               bounds: Any = None) -> Kernel:
         entry = compile_function(func, threads=self.threads, speed_level=self.speed_level,
-                                 schedule=self.schedule)
+                                 schedule=self.schedule, host=self.host)
         return Kernel(func, entry, inputs=inputs, outputs=outputs, hidden=hidden,
                       single=single, target="llvm", bounds=bounds)
 
@@ -79,7 +81,8 @@ class LlvmTarget(Target):
 def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                      speed_level: int = 3, threads: bool = True,
                      disk: DiskCache | None = _USE_DEFAULT,
-                     schedule: Schedule | None = None) -> JitFunction:
+                     schedule: Schedule | None = None,
+                     host: Host | None = None) -> JitFunction:
     """Compile ``func`` for the host CPU (stages: emit, verify, optimise, jit).
 
     With ``threads``, top-level ``"parallel"`` loops run on several threads and the function
@@ -92,13 +95,15 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     in-memory ``cache``, then in the persistent ``disk`` cache (default:
     :func:`tecomp.codegen.disk_cache.default_cache`; None skips it), before LLVM runs, under
     :meth:`LlvmTarget.key` of ``func``.
+    ``host`` (default: this machine, :func:`tecomp.host.describe`) is the description the
+    schedule and the code generator use (another vector width, say).
     """
-    target = LlvmTarget(schedule, speed_level=speed_level, threads=threads)
+    target = LlvmTarget(schedule, speed_level=speed_level, threads=threads, host=host)
     store = default_cache() if disk is _USE_DEFAULT else disk
     memory_key = target.key(func, target.options())
 
     def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
-        return target.schedule.run(func, threads=threads)
+        return target.schedule.run(func, threads=threads, host=host)
 
     def build() -> JitFunction:
         key = disk_key(memory_key) if store is not None else ""
@@ -136,7 +141,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                     f"emit: could not emit LLVM IR for {func.name!r}: "
                     f"{type(err).__name__}: {err}") from err
             with timed("llvm"):
-                out = compile_ir(module, symbol_name(func.name), speed_level=speed_level)
+                out = compile_ir(module, symbol_name(func.name), speed_level=speed_level,
+                                 host=host)
             out.threads = threads
             return out
 
@@ -175,7 +181,8 @@ def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
                  outputs: Sequence[Any] | None = None,
                  hidden: Mapping[Any, np.ndarray] | None = None, single: bool | None = None,
                  cache: CompileCache | None = KERNELS, threads: bool = True,
-                 bounds: Any = None, schedule: Schedule | None = None) -> Kernel:
+                 bounds: Any = None, schedule: Schedule | None = None,
+                 host: Host | None = None) -> Kernel:
     """Compile ``func`` and wrap it in a :class:`~tecomp.codegen.kernel.Kernel`.
 
     ``inputs``/``outputs`` name what the arguments and results stand for (tensors and
@@ -183,8 +190,9 @@ def build_kernel(func: LoweredFunc, *, inputs: Sequence[Any] | None = None,
     no buffer shape mentions.  ``hidden`` gives the data of input buffers past those of
     ``inputs`` (constant tensors).  ``bounds`` (a ``BoundsInfo`` of
     :mod:`tecomp.passes.bounds_check`) says that the last output buffer is its error record.
-    ``schedule`` as for :func:`compile_function`.
+    ``schedule`` and ``host`` as for :func:`compile_function`.
     """
-    entry = compile_function(func, cache=cache, threads=threads, schedule=schedule)
+    entry = compile_function(func, cache=cache, threads=threads, schedule=schedule,
+                             host=host)
     return Kernel(func, entry, inputs=inputs, outputs=outputs, hidden=hidden, single=single,
                   target="llvm", bounds=bounds)

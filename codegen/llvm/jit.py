@@ -5,7 +5,9 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
 * ``verify`` — parse the IR text llvmlite.ir produced and run LLVM's verifier;
 * ``optimise`` — the new pass manager at speed level 3 with loop vectorisation, SLP
   vectorisation, unrolling and interleaving, on a target machine that carries the host CPU name
-  and features (without them LLVM only uses SSE);
+  and features (without them LLVM only uses SSE) and the vector width of
+  :func:`tecomp.host.describe` (on AVX-512 hosts LLVM's tuning would otherwise keep to 256-bit
+  vectors: the feature string switches ``prefer-256-bit`` off);
 * ``jit`` — the target machine emits an object file and an ORC LLJIT of its own links it
   against the running process (``malloc``/``free``/``pthread_create`` from libc, ``erf``...
   from libm, which Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, linked
@@ -38,7 +40,9 @@ from typing import Any
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ... import host as host_module
 from ...errors import CompileError
+from ...host import Host, describe, llvm_features
 
 LOCK = threading.RLock()
 _state: dict[str, Any] = {}
@@ -59,7 +63,7 @@ def _init() -> dict[str, Any]:
         llvm.initialize_native_asmprinter()
         _load_gcc_runtime()
         cpu = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
+        features = llvm_features(describe())  # with the host's vector-width preference
         triple = llvm.get_process_triple()
         _state.update(cpu=cpu, features=features, triple=triple,
                       key=f"{triple}|{cpu}|{features}")
@@ -85,18 +89,21 @@ def _load_gcc_runtime() -> None:
             pass
 
 
-def _machine() -> Any:
+def _machine(host: Host | None = None) -> Any:
     """The target machine for the host CPU (name and features: without them LLVM only uses
-    SSE), made once."""
+    SSE), made once; for ``host`` (another vector width or feature set of this CPU), one
+    per distinct feature string."""
     st = _init()
-    tm = st.get("tm")
+    features = st["features"] if host is None else llvm_features(host)
+    machines = st.setdefault("tms", {})
+    tm = machines.get(features)
     if tm is None:
         with LOCK:
-            tm = st.get("tm")
+            tm = machines.get(features)
             if tm is None:
                 target = llvm.Target.from_triple(st["triple"])
-                tm = st["tm"] = target.create_target_machine(
-                    cpu=st["cpu"], features=st["features"], opt=3, codemodel="jitdefault")
+                tm = machines[features] = target.create_target_machine(
+                    cpu=st["cpu"], features=features, opt=3, codemodel="jitdefault")
     return tm
 
 
@@ -108,9 +115,11 @@ def _process_jit() -> Any:
     return st["jit"]
 
 
-def target_key() -> str:
-    """Identifies the code this process generates (triple, CPU, features): part of cache keys."""
-    return _init()["key"]
+def target_key(host: Host | None = None) -> str:
+    """Identifies the code this process generates (triple, CPU, features; for ``host``: its
+    features): part of cache keys."""
+    st = _init()
+    return st["key"] if host is None else f"{st['triple']}|{st['cpu']}|{llvm_features(host)}"
 
 
 def disk_key(memory_key: str) -> str:
@@ -130,9 +139,9 @@ def code_version() -> str:
     so that a changed code generator never reuses machine code an older one stored on disk.
     The schedule's source is part of every kernel key (:meth:`~tecomp.codegen.target.Target.key`).
     """
-    from ..target import package_folder, source_digest
+    from ..target import file_digest, package_folder, source_digest
 
-    return source_digest(package_folder(__file__))
+    return source_digest(package_folder(__file__)) + "-" + file_digest(host_module.__file__)
 
 
 @dataclass
@@ -168,9 +177,9 @@ class _Library:
                 pass
 
 
-def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
+def optimise(module: llvm.ModuleRef, speed_level: int = 3, host: Host | None = None) -> None:
     """Run the O``speed_level`` pipeline with vectorisation on ``module`` in place."""
-    tm = _machine()
+    tm = _machine(host)
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     pto.loop_vectorization = speed_level >= 2
     pto.slp_vectorization = speed_level >= 2
@@ -192,8 +201,9 @@ def optimise(module: llvm.ModuleRef, speed_level: int = 3) -> None:
 
 
 def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
-               link_runtime: bool = True) -> JitFunction:
+               link_runtime: bool = True, host: Host | None = None) -> JitFunction:
     """Verify, optimise and JIT-compile ``module``; return the function called ``name``.
+    ``host`` (default :func:`tecomp.host.describe`) gives the features and vector width.
 
     The optimised module is compiled to an object file (``JitFunction.object_code``) which is
     what the JIT links, so the same bytes can be stored and linked again by
@@ -201,7 +211,7 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
     """
     text = str(module)
     with LOCK:
-        tm = _machine()
+        tm = _machine(host)
         try:
             # a context per module: the global one keeps every type and constant forever
             mod = llvm.parse_assembly(text, context=llvm.create_context())
@@ -211,7 +221,7 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
         except RuntimeError as err:
             raise CompileError(f"verify: LLVM rejected the IR of {name!r}: {err}") from None
         try:
-            optimise(mod, speed_level)
+            optimise(mod, speed_level, host)
             mod.verify()
         except RuntimeError as err:
             raise CompileError(f"optimise: {name!r}: {err}") from None

@@ -64,7 +64,7 @@ CHILD = textwrap.dedent("""
     np.savez(out, gX=got[0], gW=got[1], eX=want[0], eW=want[1], G=gathered, eG=e[ix] * 2)
     store = disk_cache.default_cache()
     print(json.dumps({"hits": store.hits, "misses": store.misses, "islpy": islpy_used,
-                      "machine": "tm" in jit._state, "error": error,
+                      "machine": bool(jit._state.get("tms")), "error": error,
                       "pooled": repr(k._entry.pooled)}))
 """)
 

@@ -198,3 +198,19 @@ def test_row_argmax_keeps_rows_innermost():
     (got,) = run(func, [a, h], constants=consts)
     (want,) = tc.evaluate([g], {A: a, H: h})
     np.testing.assert_array_equal(got, want)
+
+
+def test_row_sum_with_a_per_row_term_keeps_rows_outermost():
+    """``sum_k exp(X[i, k] - m[i])`` (log-softmax): ``m[i]`` does not move with ``k``, so it
+    does not vote for ``i`` innermost; the sum stays in rows (a parallel row loop), not a walk
+    of ``X`` by columns."""
+    X = tc.placeholder((64, 48), name="X")
+    Y = tc.ops.log_softmax(X)
+    func, consts = lower_program([Y], [X])
+    sums = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
+            and x.body.reduce == "sum"]
+    assert sums and all(x.var.name == "k" and not x.body.indices for x in sums)
+    x = np.random.default_rng(9).standard_normal((64, 48)).astype(np.float32)
+    (got,) = run(func, [x], constants=consts)
+    (want,) = tc.evaluate([Y], {X: x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -38,6 +38,7 @@ from dataclasses import replace
 
 from tecomp import expr as E
 from tecomp.functor import children, fresh_name
+from tecomp.host import Host, describe
 from tecomp.loopir import (
     Allocate,
     Buffer,
@@ -53,12 +54,16 @@ from tecomp.loopir import (
 from tecomp.stmt_functor import bound_names
 
 
-def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
+def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
+                 host: Host | None = None) -> LoweredFunc:
     """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
     (:func:`.tile.block_rows`) and of plain-order reductions
     (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
-    (:func:`.fuse_loops.fuse_row_loops`), then, with ``threads``, :func:`fuse_parallel`.
+    (:func:`.fuse_loops.fuse_row_loops`), blocked float64-combined partial sums of long
+    float32 reductions (:func:`.reduce_accumulators.block_sums`, blocks of 256 vectors of
+    ``host``: default :func:`tecomp.host.describe`), then, with ``threads``,
+    :func:`fuse_parallel`.
 
     Each keeps the program's meaning (see their docstrings); the LLVM backend compiles the
     result.  The result relaxes one convention of :mod:`.lower`: a ``"parallel"`` loop may
@@ -69,9 +74,13 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True) -> LoweredFunc:
     from .dot import block_dots
     from .fuse_loops import fuse_row_loops
     from .mod import split_mod_loops
+    from .reduce_accumulators import block_sums
     from .tile import block_rows
 
+
+    host = describe() if host is None else host
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
+    func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
     return fuse_parallel(func) if threads else func
 
 
