@@ -26,6 +26,7 @@ from benchmarks.bench_cpu_child import rel_error, round_robin  # noqa: E402
 from tecomp.codegen.llvm import build_kernel  # noqa: E402
 from tecomp.host import describe, with_vector_bits  # noqa: E402
 from tecomp.lowering_api import lower  # noqa: E402
+from tecomp.pipeline import schedule_of  # noqa: E402
 
 
 def cases(rng: np.random.Generator):
@@ -65,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for w in widths:
             low = lower(outs, ins)
             kern = build_kernel(low.func, inputs=ins, outputs=outs, hidden=low.constants,
-                                single=True, host=with_vector_bits(host, w))
+                                single=True, host=with_vector_bits(host, w),
+                                schedule=schedule_of("llvm"))
             kern.threads = args.threads
             err = rel_error(kern(*arrays), want)
             assert err < 1e-4, f"{name} at {w} bits: error {err:.1e}"
