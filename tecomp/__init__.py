@@ -18,35 +18,24 @@ from .build_api import build
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
 from .dot import to_dot
 from .dsl import (
-    abs,
+    ELEMENTWISE,
     all,
     any,
     cast,
-    ceil,
     compute,
     const,
     constant,
-    cos,
     eq,
-    erf,
-    exp,
-    floor,
     if_then_else,
-    log,
     max,
     maximum,
     min,
     minimum,
     ne,
     placeholder,
-    pow,
     prod,
     reduce_axis,
-    sigmoid,
-    sin,
-    sqrt,
     sum,
-    tanh,
     var,
 )
 from .errors import (
@@ -67,14 +56,17 @@ from .optimize_api import optimize
 from .printer import show
 from .tensor import Tensor
 
+# tc.exp, tc.log, ...: the element-wise math functions, one per entry of the op table
+# (tecomp.intrinsics), built in tecomp.dsl
+globals().update(ELEMENTWISE)
+
 __version__ = "0.1.0"
 
 __all__ = [
     "ops",
     "optimize",
-    "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "cos", "eq", "erf", "exp",
-    "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
-    "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
+    "all", "any", "cast", "compute", "const", "constant", "eq", "if_then_else", "max",
+    "maximum", "min", "minimum", "ne", "placeholder", "prod", "reduce_axis", "sum", "var",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "IndexBoundsError", "LoweringError", "TecompError", "evaluate",
     "Expr", "IterVar", "Var",
@@ -82,4 +74,5 @@ __all__ = [
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
     "Explanation", "PerformanceWarning", "explain", "pass_log", "to_dot", "interop",
+    *sorted(ELEMENTWISE),
 ]
