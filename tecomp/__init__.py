@@ -12,13 +12,12 @@ Declare tensors element-wise with index lambdas, differentiate them, and build k
 See ``DESIGN.md`` of the project for the full public contract.
 """
 
-from . import interop, ops
+from . import dsl, interop, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
 from .dot import to_dot
 from .dsl import (
-    ELEMENTWISE,
     all,
     any,
     cast,
@@ -58,7 +57,7 @@ from .tensor import Tensor
 
 # tc.exp, tc.log, ...: the element-wise math functions, one per entry of the op table
 # (tecomp.intrinsics), built in tecomp.dsl
-globals().update(ELEMENTWISE)
+globals().update(dsl.ELEMENTWISE)
 
 __version__ = "0.1.0"
 
@@ -74,5 +73,5 @@ __all__ = [
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
     "Explanation", "PerformanceWarning", "explain", "pass_log", "to_dot", "interop",
-    *sorted(ELEMENTWISE),
+    *sorted(dsl.ELEMENTWISE),
 ]

@@ -147,6 +147,24 @@ def test_llvm_matches_the_evaluator(name, dtype, rng):
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
 
 
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-8, -1e-8, 0.75, -0.75, 30.0, -30.0, 100.0,
+           -100.0, 1000.0, -1000.0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", NAMES)
+def test_llvm_matches_the_evaluator_at_special_values(name, dtype):
+    """Signed zeros, infinities, NaN, tiny and huge arguments (overflowing tails)."""
+    n = len(SPECIAL)
+    xs, Y = program(name, n, dtype)
+    args = [np.array(SPECIAL, dtype)] + [np.full(n, 1.5, dtype)] * (len(xs) - 1)
+    with np.errstate(all="ignore"):
+        ref = tc.evaluate([Y], dict(zip(xs, args)))[0]
+    got = tc.build(Y, xs)(*args)
+    tol = 1e-6 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_c_renderer_spells_every_entry(name):
     for dtype, suffix in (("float32", "f"), ("float64", "")):
