@@ -116,6 +116,12 @@ class Intrinsic:
     def arity(self) -> int:
         return len(self.params)
 
+    @property
+    def differentiable(self) -> bool:
+        """Whether the entry says how to differentiate the op (0, ``f'`` or the partials)."""
+        return self.zero_derivative or any(
+            rule is not None for rule in (self.d1, self.d1_divisor, self.partials))
+
     def first_derivative(self, p: Point) -> E.Expr:
         """``f'(p.u)`` of a unary op."""
         if self.d1 is not None:

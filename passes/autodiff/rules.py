@@ -115,7 +115,7 @@ def _cast(e: E.Cast, D: Jacobian) -> E.Expr:
 def _call(e: E.Call, D: Jacobian) -> E.Expr:
     """``f(x) -> dx f'(x)`` from the op table (partials for a binary op)."""
     op = lookup(e.name)
-    if op is None or not (op.zero_derivative or op.partials or op.d1 or op.d1_divisor):
+    if op is None or not op.differentiable:
         raise DifferentiationError(
             f"no derivative rule for the math function {e.name!r} in {e} "
             f"(differentiating tensor {D.owner.name!r})")

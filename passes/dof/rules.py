@@ -144,7 +144,7 @@ def _partials(e: E.Call, op: Intrinsic, c: DofContext, b: frozenset) -> Pair:
 
 def _call(e: E.Call, c: DofContext, b: frozenset) -> Pair:
     op = lookup(e.name)
-    if op is None or not (op.zero_derivative or op.partials or op.d1 or op.d1_divisor):
+    if op is None or not op.differentiable:
         raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
     if op.zero_derivative:
         return _zeros(e)                                        # piecewise constant

@@ -89,7 +89,7 @@ def _cast(e: E.Cast, c: StageContext, b: frozenset) -> E.Expr:
 def _call(e: E.Call, c: StageContext, b: frozenset) -> E.Expr:
     """``f(u) -> f'(u) du`` from the op table (partials for a binary op)."""
     op = lookup(e.name)
-    if op is None or not (op.zero_derivative or op.partials or op.d1 or op.d1_divisor):
+    if op is None or not op.differentiable:
         raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
     if op.zero_derivative:
         return E.Zero(e.dtype)                                  # piecewise constant

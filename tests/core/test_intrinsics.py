@@ -14,6 +14,7 @@ import doctest
 import inspect
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -70,7 +71,7 @@ def test_entry_is_complete(name):
         assert fn in vmath.FUNCTIONS
     kinds = [op.zero_derivative, op.d1 is not None, op.d1_divisor is not None,
              op.partials is not None]
-    assert sum(kinds) == 1, "exactly one way to differentiate"
+    assert sum(kinds) == 1 and op.differentiable, "exactly one way to differentiate"
     if op.partials is not None:
         assert op.second_partials is not None and op.arity > 1
     elif not op.zero_derivative:
@@ -241,3 +242,20 @@ def test_piecewise_constant_ops_have_zero_derivatives(name, rng):
     (t,) = xs
     tan = ph(t.shape, "tan")
     assert not np.any(tc.evaluate([tc.jvp(Y, xs, [tan])], {**arrays, tan: np.ones(5)})[0])
+
+
+def test_an_entry_without_derivative_data_is_refused_by_every_mode(monkeypatch):
+    """A hypothetical half-declared op: it evaluates, but each differentiation mode names it
+    in a DifferentiationError instead of guessing a derivative."""
+    half = replace(INTRINSICS["exp"], name="half_exp", d1=None, d2_over_d1=None)
+    assert not half.differentiable
+    monkeypatch.setitem(INTRINSICS, "half_exp", half)
+    x = ph((3,), "x")
+    Y = tc.compute((3,), lambda i: E.call("half_exp", x[i]), name="Y")
+    np.testing.assert_allclose(tc.evaluate([Y], {x: np.zeros(3)})[0], np.ones(3))
+    with pytest.raises(tc.DifferentiationError, match="half_exp"):
+        tc.gradient(Y, [x])
+    with pytest.raises(tc.DifferentiationError, match="half_exp"):
+        tc.jvp(Y, [x], [ph((3,), "t")])
+    with pytest.raises(tc.DifferentiationError, match="half_exp"):
+        tc.laplacian(tc.compute((3,), lambda i: Y[i] * x[i], name="U"), x)
