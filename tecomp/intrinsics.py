@@ -197,6 +197,13 @@ def _pow_second(p: Point, first: Sequence[E.Expr | None]) -> dict[tuple[int, int
     return out
 
 
+_SOFTPLUS_C = """QUAL float tc_softplus(float x) {
+    return (x > 0.0f ? x : 0.0f) + log1pf(expf(-fabsf(x)));
+}
+QUAL double tc_softplus(double x) { return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x))); }
+"""
+
+
 def _example(call: str, values: str, result: str, dtype: str = "float64") -> str:
     return f"""
 
@@ -289,6 +296,15 @@ INTRINSICS: dict[str, Intrinsic] = {op.name: op for op in [
         + _example("tc.ceil(x[i])", "[1.5, -1.5, 2.0]", "[2.0, -1.0, 2.0]"),
         math.ceil, np.ceil, "ceil{f}({0})", "llvm.ceil", exact=True,
         zero_derivative=True),
+    Intrinsic(
+        "softplus", "Element-wise ``log(1 + exp(x))`` of a float expression, computed without "
+        "overflow as ``max(x, 0) + log1p(exp(-|x|))``.\n\n"
+        "    Derivative: ``sigmoid(x)``."
+        + _example("tc.softplus(x[i])", "[0.0, 1.0, -30.0]", "[0.6931, 1.3133, 0.0]"),
+        lambda v: max(v, 0.0) + math.log1p(math.exp(-abs(v))), lambda x: np.logaddexp(0, x),
+        "tc_softplus({0})", "vmath.softplus", c_helpers=_SOFTPLUS_C,
+        d1=lambda p: E.call("sigmoid", p.u),                    # softplus' = sigmoid
+        d2_over_d1=lambda p: E.sub(1.0, p.f1)),                 # s'' / s' = 1 - sigmoid
     Intrinsic(
         "pow", "Element-wise ``x ** y`` of float expressions (also written ``x ** y``).\n\n"
         "    Derivatives: ``y x ** (y - 1)`` in ``x`` (0 where ``y == 0``) and ``x ** y log(x)``"
