@@ -35,9 +35,10 @@ Semantics follow the reference evaluator (:mod:`tecomp.evaluate`):
   the selected arm, so a guarded read (padding) never happens where its guard is false.
 * Casts from float to int truncate toward zero, give 0 for non-finite values and saturate out
   of range; casts to bool compare with zero.
-* Math calls use the precise C library functions of the register type (``expf``/``exp``,
-  ``logf``/``log``, ``tanhf``, ``erff``, ``powf``, ``sqrtf``, ``fabsf``, ``floorf``, ``ceilf``,
-  ``sinf``, ``cosf``); ``sigmoid(x)`` is ``1 / (1 + exp(-x))``.  No fast-math intrinsics.
+* Math calls are spelled as their op-table entry says (:mod:`tecomp.intrinsics`): the precise
+  C library functions of the register type (``expf``/``exp``, ``logf``/``log``, ``tanhf``,
+  ``erff``, ``powf``, ``sqrtf``, ``fabsf``, ``floorf``, ``ceilf``, ``sinf``, ``cosf``);
+  ``sigmoid(x)`` is ``1 / (1 + exp(-x))``.  No fast-math intrinsics.
 
 Names.  Variables and buffers are rendered under C identifiers derived from their names
 (non-identifier characters replaced, C/C++ keywords and the reserved prefix ``tc_`` avoided,
@@ -56,6 +57,7 @@ from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import CompileError
 from tecomp.functor import fresh_name
+from tecomp.intrinsics import INTRINSICS, lookup
 from tecomp.loopir import (
     Allocate,
     Buffer,
@@ -81,12 +83,13 @@ new noexcept not not_eq nullptr operator or or_eq private protected public regis
 reinterpret_cast return short signed sizeof static static_assert static_cast struct switch
 template this thread_local throw true try typedef typeid typename union unsigned using virtual
 void volatile wchar_t while xor xor_eq restrict main threadIdx blockIdx blockDim gridDim warpSize
-NAN INFINITY abs exp log sqrt tanh sin cos erf floor ceil pow min max fmin fmax
-""".split())
+NAN INFINITY abs min max fmin fmax
+""".split()) | frozenset(  # the C functions the op table's templates call, both precisions
+    ident for op in INTRINSICS.values() for suffix in ("", "f")
+    for ident in re.findall(r"(?<![\w.])[A-Za-z_]\w*", op.c.replace("{f}", suffix)))
 
 _CMP = {E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=", E.EQ: "==", E.NE: "!="}
 _ARITH = {E.Add: "+", E.Sub: "-", E.Mul: "*"}
-_MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow")
 
 
 def float_literal(value: float, dtype: str) -> str:
@@ -340,20 +343,14 @@ class CStyleRenderer:
         return f"(({self.conv(e.a, dt)} == {self.conv(e.b, dt)}) ? {one} : {zero})"
 
     def visit_Call(self, e: E.Call) -> str:
-        args = [self.conv(a, e.dtype) for a in e.args]
-        if e.name == "abs":
-            return f"tc_abs({args[0]})"
-        if not dtypes.is_float(e.dtype):
-            raise CompileError(f"render: tc.{e.name} of the integer expression {e}")
-        suffix = "" if e.dtype == "float64" else "f"
-        if e.name == "sigmoid":
-            one = "1.0" + suffix
-            out = f"({one} / ({one} + exp{suffix}(-{args[0]})))"
-        elif e.name in _MATH:
-            out = f"{e.name}{suffix}({', '.join(args)})"
-        else:
+        op = lookup(e.name)
+        if op is None:
             raise CompileError(f"render: unknown math function {e.name!r} in {e}")
-        return self.round_to(e.dtype, out) if e.dtype == "float16" else out
+        if not (dtypes.is_float(e.dtype) or op.integer_ok):
+            raise CompileError(f"render: tc.{e.name} of the integer expression {e}")
+        args = [self.conv(a, e.dtype) for a in e.args]
+        out = op.c.format(*args, f="" if e.dtype == "float64" else "f")
+        return self.round_to(e.dtype, out) if e.dtype == "float16" and not op.exact else out
 
     def _unlowered(self, e: Any) -> str:
         raise CompileError(
@@ -461,7 +458,8 @@ class CStyleRenderer:
         """Helper functions every rendered program may call (floor division, NaN-propagating
         min/max, saturating float-to-int conversion, infinities)."""
         q = self.helper_qualifier
-        return _PRELUDE.replace("QUAL", q)
+        helpers = "".join(op.c_helpers for op in INTRINSICS.values())
+        return _PRELUDE.replace("#endif", helpers + "#endif").replace("QUAL", q)
 
 
 def _common(a: str, b: str) -> str:

@@ -14,41 +14,29 @@ walk-through with output: ``docs/guide.md``.  ``help(tc.compute)`` (and every ot
 function) has an example.
 """
 
-from . import interop, logs, ops
+from . import dsl, interop, logs, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
 from .dot import to_dot
 from .dsl import (
-    abs,
     all,
     any,
     cast,
-    ceil,
     compute,
     const,
     constant,
-    cos,
     eq,
-    erf,
-    exp,
-    floor,
     if_then_else,
-    log,
     max,
     maximum,
     min,
     minimum,
     ne,
     placeholder,
-    pow,
     prod,
     reduce_axis,
-    sigmoid,
-    sin,
-    sqrt,
     sum,
-    tanh,
     var,
 )
 from .errors import (
@@ -70,6 +58,10 @@ from .printer import show
 from .scan import scan
 from .tensor import Tensor
 
+# tc.exp, tc.log, ...: the element-wise math functions, one per entry of the op table
+# (tecomp.intrinsics), built in tecomp.dsl
+globals().update(dsl.ELEMENTWISE)
+
 __version__ = "0.1.0"
 
 logs.configure_from_environment()  # TECOMP_LOG=info|debug: timings on stderr (tecomp.logs)
@@ -77,9 +69,8 @@ logs.configure_from_environment()  # TECOMP_LOG=info|debug: timings on stderr (t
 __all__ = [
     "ops",
     "optimize",
-    "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "cos", "eq", "erf", "exp",
-    "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
-    "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
+    "all", "any", "cast", "compute", "const", "constant", "eq", "if_then_else", "max",
+    "maximum", "min", "minimum", "ne", "placeholder", "prod", "reduce_axis", "sum", "var",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "IndexBoundsError", "LoweringError", "TecompError", "evaluate",
     "Expr", "IterVar", "Var",
@@ -87,4 +78,5 @@ __all__ = [
     "Lowered", "cost", "lower",
     "diff_operator", "hessian", "jvp", "laplacian",
     "Explanation", "PerformanceWarning", "explain", "pass_log", "to_dot", "interop",
+    *sorted(dsl.ELEMENTWISE),
 ]

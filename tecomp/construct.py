@@ -5,7 +5,6 @@ re-exported by :mod:`tecomp.expr`, so ``tecomp.expr.add`` and friends keep worki
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from . import dtypes
@@ -16,7 +15,6 @@ from .expr import (
     GT,
     LE,
     LT,
-    MATH_FUNCS,
     NE,
     Add,
     And,
@@ -40,6 +38,7 @@ from .expr import (
     Sub,
     Zero,
 )
+from .intrinsics import lookup
 
 
 def as_expr(x: ExprLike, like: str | None = None) -> Expr:
@@ -235,16 +234,7 @@ def power(a: ExprLike, b: ExprLike) -> Expr:
     dt = _arith_dtype(a, b, "**")
     if not dtypes.is_float(dt):
         raise DeclarationError(f"power ({a}) ** ({b}) of integers; cast to a float dtype")
-    if isinstance(a, Const) and isinstance(b, Const):
-        try:
-            return _const(math.pow(a.value, b.value), dt)
-        except (ValueError, OverflowError):
-            pass
-    if a.dtype != dt:
-        a = Cast(a, dt)
-    if b.dtype != dt:
-        b = Cast(b, dt)
-    return Call("pow", (a, b), dt)
+    return call("pow", a, b)
 
 
 def compare(cls: type, a: ExprLike, b: ExprLike) -> Expr:
@@ -327,34 +317,33 @@ def cast(x: ExprLike, dtype: str) -> Expr:
     return Cast(x, dtype)
 
 
-_UNARY_FOLD = {
-    "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh,
-    "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "sin": math.sin, "cos": math.cos,
-    "abs": abs, "erf": math.erf, "floor": math.floor, "ceil": math.ceil,
-}
-
-
 def call(name: str, *args: ExprLike) -> Expr:
-    if name not in MATH_FUNCS:
+    """The math function ``name`` (an entry of :data:`tecomp.intrinsics.INTRINSICS`) of
+    ``args``: its dtype rule checked, folded when every argument is a constant."""
+    op = lookup(name)
+    if op is None:
         raise DeclarationError(f"unknown math function {name!r}")
-    if len(args) != MATH_FUNCS[name]:
-        raise DeclarationError(f"tc.{name} takes {MATH_FUNCS[name]} argument(s), got {len(args)}")
-    if name == "pow":
-        return power(*args)
-    (a,) = args
-    a = as_expr(a)
-    if name == "abs":
-        if dtypes.is_bool(a.dtype):
-            raise DeclarationError(f"tc.abs of the boolean {a}")
-    elif not dtypes.is_float(a.dtype):
-        raise DeclarationError(
-            f"tc.{name} needs a float argument, got {a.dtype} in {a}; use tc.cast first")
-    if isinstance(a, Const):
+    if len(args) != op.arity:
+        raise DeclarationError(f"tc.{name} takes {op.arity} argument(s), got {len(args)}")
+    if op.arity == 2:
+        a, b = _pair(*args)
+        dt = _arith_dtype(a, b, name)
+        xs = [a if a.dtype == dt else Cast(a, dt), b if b.dtype == dt else Cast(b, dt)]
+    else:
+        xs = [as_expr(x) for x in args]
+        dt = xs[0].dtype
+    for x in xs:  # the dtype rule: floats only, or any number (integer_ok)
+        allowed = not dtypes.is_bool(x.dtype) if op.integer_ok else dtypes.is_float(x.dtype)
+        if not allowed:
+            kind = "a non-boolean" if op.integer_ok else "a float"
+            raise DeclarationError(
+                f"tc.{name} needs {kind} argument, got {x.dtype} in {x}; use tc.cast first")
+    if all(isinstance(x, Const) for x in xs):
         try:
-            return _const(_UNARY_FOLD[name](a.value), a.dtype)
+            return _const(op.fold(*(x.value for x in xs)), dt)
         except (ValueError, OverflowError):
             pass
-    return Call(name, (a,), a.dtype)
+    return Call(name, tuple(xs), dt)
 
 
 def delta(a: ExprLike, b: ExprLike, dtype: str = "float32") -> Expr:

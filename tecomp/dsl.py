@@ -15,6 +15,7 @@ from . import dtypes
 from . import expr as E
 from .errors import DeclarationError
 from .functor import free_vars, make_reduce
+from .intrinsics import INTRINSICS, Intrinsic
 from .tensor import ComputeOp, ConstantOp, PlaceholderOp, Tensor
 
 ExprLike = E.ExprLike
@@ -322,52 +323,30 @@ def min(value: ExprLike, axis: Any, where: ExprLike | None = None) -> E.Expr:  #
 
 
 # ---------------------------------------------------------------------------- element-wise
-def exp(x: ExprLike) -> E.Expr:
-    return E.call("exp", x)
+def _elementwise(op: Intrinsic) -> Callable[..., E.Expr]:
+    """``tc.<op.name>``: the public function of one entry of the op table."""
+    sig = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                               annotation="ExprLike") for p in op.params],
+                            return_annotation="Expr")
+
+    def function(*args: ExprLike, **kwargs: ExprLike) -> E.Expr:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as err:
+            raise DeclarationError(f"tc.{op.name}: {err}") from None
+        return E.call(op.name, *bound.args)
+
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = op.doc
+    function.__signature__ = sig  # type: ignore[attr-defined]
+    return function
 
 
-def log(x: ExprLike) -> E.Expr:
-    return E.call("log", x)
-
-
-def sqrt(x: ExprLike) -> E.Expr:
-    return E.call("sqrt", x)
-
-
-def tanh(x: ExprLike) -> E.Expr:
-    return E.call("tanh", x)
-
-
-def sigmoid(x: ExprLike) -> E.Expr:
-    return E.call("sigmoid", x)
-
-
-def sin(x: ExprLike) -> E.Expr:
-    return E.call("sin", x)
-
-
-def cos(x: ExprLike) -> E.Expr:
-    return E.call("cos", x)
-
-
-def abs(x: ExprLike) -> E.Expr:  # noqa: A001
-    return E.call("abs", x)
-
-
-def erf(x: ExprLike) -> E.Expr:
-    return E.call("erf", x)
-
-
-def floor(x: ExprLike) -> E.Expr:
-    return E.call("floor", x)
-
-
-def ceil(x: ExprLike) -> E.Expr:
-    return E.call("ceil", x)
-
-
-def pow(x: ExprLike, y: ExprLike) -> E.Expr:  # noqa: A001
-    return E.power(x, y)
+#: ``tc.exp``, ``tc.log``, ...: one function per entry of the op table, defined in this
+#: module's namespace (and re-exported by ``tecomp``)
+ELEMENTWISE: dict[str, Callable[..., E.Expr]] = {
+    name: _elementwise(op) for name, op in INTRINSICS.items()}
+globals().update(ELEMENTWISE)
 
 
 def maximum(a: ExprLike, b: ExprLike) -> E.Expr:

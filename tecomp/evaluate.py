@@ -17,7 +17,6 @@ Large stages are evaluated in chunks along their first axis to bound memory.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -26,32 +25,11 @@ from . import dtypes
 from . import expr as E
 from .errors import EvaluationError
 from .functor import topo_order
+from .intrinsics import lookup
 from .scan_op import ScanOp
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 _CHUNK_ELEMS = 1 << 22
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """SciPy's vectorised erf when installed (imported on first use: it is slow to import),
-    else the math module's, element by element."""
-    try:
-        from scipy.special import erf
-    except ImportError:  # pragma: no cover - scipy is a test dependency
-        erf_u = np.frompyfunc(math.erf, 1, 1)
-        return np.asarray(erf_u(x), dtype=np.float64).astype(np.asarray(x).dtype)
-    return erf(x)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-_MATH = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sigmoid": _sigmoid,
-    "sin": np.sin, "cos": np.cos, "abs": np.abs, "erf": _erf, "floor": np.floor,
-    "ceil": np.ceil,
-}
-
 
 # integer // and % by zero give 0 here (the divisor is replaced by 1), as in the backends
 _NP_BINARY = {
@@ -168,10 +146,10 @@ class _Evaluator:
         return _as(np.asarray(v).astype(_np(e.dtype)), e.dtype)
 
     def ev_Call(self, e, sc, mask):
-        args = [self.ev(a, sc, mask) for a in e.args]
-        if e.name == "pow":
-            return _as(np.power(args[0], args[1]), e.dtype)
-        return _as(_MATH[e.name](args[0]), e.dtype)
+        op = lookup(e.name)
+        if op is None:
+            raise EvaluationError(f"unknown math function {e.name!r} in {e}")
+        return _as(op.numpy(*(self.ev(a, sc, mask) for a in e.args)), e.dtype)
 
     def ev_Delta(self, e, sc, mask):
         a, b = self.ev(e.a, sc, mask), self.ev(e.b, sc, mask)

@@ -375,16 +375,9 @@ class Cast(Expr):
     dtype: str
 
 
-MATH_FUNCS = {
-    # name: arity
-    "exp": 1, "log": 1, "sqrt": 1, "tanh": 1, "sigmoid": 1, "sin": 1, "cos": 1, "abs": 1,
-    "erf": 1, "floor": 1, "ceil": 1, "pow": 2,
-}
-
-
 @node
 class Call(Expr):
-    """A math function call: one of :data:`MATH_FUNCS`."""
+    """A math function call: ``name`` is an entry of :data:`tecomp.intrinsics.INTRINSICS`."""
 
     name: str
     args: tuple[Expr, ...]

@@ -22,9 +22,11 @@ Semantics, following the reference evaluator (:mod:`tecomp.evaluate`):
   that loops can vectorise.  Otherwise only the chosen arm runs (branches and a ``phi``).
   Arms without loads cannot fault, so both are computed and ``select`` picks one.
   ``&`` and ``|`` short-circuit the same way when their right operand reads memory.
-* ``exp``, ``log``, ``tanh`` and ``sigmoid`` (``1 / (1 + exp(-x))``) are inline, vectorisable
-  implementations (:mod:`.vmath`); ``sqrt``, ``floor``, ``ceil`` are LLVM intrinsics, ``sin``,
-  ``cos``, ``pow`` intrinsics that become C library calls, ``erf`` the C library's.
+* Math calls are lowered as their op-table entry says (``Intrinsic.llvm``,
+  :mod:`tecomp.intrinsics`): ``exp``, ``log``, ``tanh`` and ``sigmoid`` (``1 / (1 + exp(-x))``)
+  are inline, vectorisable implementations (:mod:`.vmath`); ``sqrt``, ``floor``, ``ceil`` are
+  LLVM intrinsics, ``sin``, ``cos``, ``pow`` intrinsics that become C library calls, ``erf``
+  the C library's.
 * float16 values are computed in single precision and every float16 operation rounds its
   result to half precision, so ``+ - * /`` give NumPy's float16 results bit for bit.
 * ``Delta(a, b)`` is 1 where ``a == b``, else 0; ``Zero`` is 0.
@@ -42,6 +44,7 @@ from llvmlite import ir
 from ... import expr as E
 from ...errors import CompileError
 from ...functor import children
+from ...intrinsics import lookup
 from ...loopir import Buffer, BufferLoad
 from . import types as T
 from . import vmath
@@ -327,24 +330,16 @@ class ExprEmitter:
         return T.convert(self.b, eq, "bool", e.dtype)
 
     def visit_Call(self, e: E.Call) -> ir.Value:
-        args = [self.emit(a, e.dtype) for a in e.args]
-        x = args[0]
-        b = self.b
-        if e.name == "abs":
-            if T.is_float(e.dtype):
-                return T.intrinsic(b, "fabs", [x])
-            return T.intrinsic(b, "abs", [x, ir.Constant(T.I1, 0)])  # abs(INT_MIN) wraps
-        if not T.is_float(e.dtype):
-            raise CompileError(f"emit: tc.{e.name} of the integer expression {e}")
-        if e.name in vmath.FUNCTIONS:
-            out = vmath.call(b, e.name, x)
-        elif e.name in ("sqrt", "sin", "cos", "floor", "ceil", "pow"):
-            out = T.intrinsic(b, e.name, args, T.FAST)
-        elif e.name == "erf":
-            out = T.libm(b, e.name, x)
-        else:
+        op = lookup(e.name)
+        if op is None:
             raise CompileError(f"emit: unknown math function {e.name!r} in {e}")
-        return out
+        if not (T.is_float(e.dtype) or op.integer_ok):
+            raise CompileError(f"emit: tc.{e.name} of the integer expression {e}")
+        kind, _, fn = op.llvm.partition(".")
+        lower = _LOWERINGS.get(kind)
+        if lower is None:
+            raise CompileError(f"emit: tc.{e.name} has the unknown LLVM lowering {op.llvm!r}")
+        return lower(self.b, fn, [self.emit(a, e.dtype) for a in e.args])
 
     def _unlowered(self, e: Any) -> ir.Value:
         raise CompileError(
@@ -389,3 +384,18 @@ def _common(a: str, b: str) -> str:
     if T.is_int(a) and T.is_int(b):
         return "int64"
     raise CompileError(f"emit: cannot compare {a} with {b}")
+
+
+def _abs(b: ir.IRBuilder, fn: str, args: list[ir.Value]) -> ir.Value:
+    if args[0].type in (T.F32, T.F64):
+        return T.intrinsic(b, "fabs", args)
+    return T.intrinsic(b, "abs", [args[0], ir.Constant(T.I1, 0)])  # abs(INT_MIN) wraps
+
+
+#: the lowering keys of the op table (``Intrinsic.llvm``): ``kind.function``
+_LOWERINGS: dict[str, Callable[[ir.IRBuilder, str, list[ir.Value]], ir.Value]] = {
+    "vmath": lambda b, fn, args: vmath.call(b, fn, *args),          # inline vector routine
+    "llvm": lambda b, fn, args: T.intrinsic(b, fn, args, T.FAST),   # llvm.<fn> intrinsic
+    "libm": lambda b, fn, args: T.libm(b, fn, *args),               # the C library's <fn>
+    "abs": _abs,                                                    # fabs, or integer abs
+}

@@ -1,4 +1,5 @@
-"""Vectorisable math functions in LLVM IR: exp, log, tanh, sigmoid for float and double.
+"""Vectorisable math functions in LLVM IR: exp, log, tanh, sigmoid, softplus for float and
+double.
 
 The C library's ``expf``/``logf``/``tanhf`` are scalar calls, so a loop that calls them never
 vectorises.  Here each function is an ``internal alwaysinline`` LLVM function of straight-line
@@ -28,12 +29,16 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   ``|x|`` (``tanh(x) ~ x`` to the last bit, signed zero kept).  ``|x|`` beyond 9 (float) or
   19.1 (double) gives ``+-1``.
 * ``sigmoid(x) = 1 / (1 + exp(-x))`` with the ``exp`` above: the reference evaluator's formula.
+* ``softplus(x) = max(x, 0) + log1p(exp(-|x|))``: ``exp(-|x|)`` never overflows, and
+  ``log1p(t)`` for ``t`` in [0, 1] is ``log(u) * t / (u - 1)`` with ``u = 1 + t`` (``t`` where
+  ``u == 1``): the rounding error of ``1 + t`` cancels in the quotient (Goldberg, "What every
+  computer scientist should know about floating-point arithmetic", 1991, Theorem 4).
 
 Measured accuracy against the exact result (``np.longdouble`` reference;
 ``tests/codegen/test_llvm_vmath.py`` checks it over wide ranges, subnormals and special values,
 which match NumPy's): maximum error below 1 ulp for exp and log (0.9), below 3 ulp for tanh
 (2.8: two roundings in ``e / (e + 2)``) and sigmoid (2.3, where ``1 + exp(-x)`` is finite;
-beyond, the formula gives 0, as NumPy's).  float16 is computed in float.
+beyond, the formula gives 0, as NumPy's) and softplus (2.3).  float16 is computed in float.
 """
 
 from __future__ import annotations
@@ -208,8 +213,22 @@ def _sigmoid(f: _B, x: ir.Value) -> ir.Value:
     return f.div(one, f.add(one, e))
 
 
+def _log1p_unit(f: _B, t: ir.Value) -> ir.Value:
+    """``log(1 + t)`` for ``0 <= t <= 1`` (Goldberg's quotient, see the module docstring)."""
+    one = f.k.c(1.0)
+    u = f.add(one, t)
+    q = f.mul(_log(f, u), f.div(t, f.sub(u, one)))
+    return f.sel(f.b.fcmp_ordered("==", u, one), t, q)
+
+
+def _softplus(f: _B, x: ir.Value) -> ir.Value:
+    zero = f.k.c(0.0)
+    t = _exp(f, f.b.fneg(T.intrinsic(f.b, "fabs", [x])))
+    return f.add(f.sel(f.gt(x, zero), x, zero), _log1p_unit(f, t))  # NaN: 0 + NaN
+
+
 _RULES: dict[str, Callable[[_B, ir.Value], ir.Value]] = {
-    "exp": _exp, "log": _log, "tanh": _tanh, "sigmoid": _sigmoid,
+    "exp": _exp, "log": _log, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus,
 }
 
 FUNCTIONS = tuple(_RULES)

@@ -17,6 +17,9 @@ Conventions worth knowing:
   ``delta(j_0, idx[i]) * delta(j_1, j)`` (a scatter-add once zero elimination runs).
 * ``min(a, b)`` / ``max(a, b)``: at a tie the whole derivative goes to the first argument
   (``maximum(x, 0)`` has derivative 1 at ``x == 0``).
+* Math functions (``Call``) take their derivative from the op table
+  (:mod:`tecomp.intrinsics`): ``dx * f'(x)``, or ``dx / q`` where the entry writes ``f' = 1/q``;
+  a binary op sums ``d(x_i) * df/dx_i`` over its operands.
 * ``abs``: ``sign(x)``, and 0 at 0.  ``floor``, ``ceil``, ``//`` and casts to integers: 0.
 * ``pow(a, b)``: ``da * b * a^(b-1) + db * a^b * log(a)``, with PyTorch's conventions at the
   singular points: the first term is 0 where ``b == 0`` and the second is 0 where ``a == 0``
@@ -32,12 +35,12 @@ Conventions worth knowing:
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Callable
 
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
+from tecomp.intrinsics import Point, lookup
 
 from . import reductions
 
@@ -45,9 +48,6 @@ if TYPE_CHECKING:
     from .jacobian import Jacobian
 
     Rule = Callable[[E.Expr, Jacobian], E.Expr]
-
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-
 
 def _zero(e: E.Expr, D: Jacobian) -> E.Expr:
     return E.Zero(e.dtype)
@@ -113,62 +113,41 @@ def _cast(e: E.Cast, D: Jacobian) -> E.Expr:
 
 
 def _call(e: E.Call, D: Jacobian) -> E.Expr:
-    rule = CALL_RULES.get(e.name)
-    if rule is None:
+    """``f(x) -> dx f'(x)`` from the op table (partials for a binary op)."""
+    op = lookup(e.name)
+    if op is None or not op.differentiable:
         raise DifferentiationError(
             f"no derivative rule for the math function {e.name!r} in {e} "
             f"(differentiating tensor {D.owner.name!r})")
-    return rule(e, D)
-
-
-def _pow(e: E.Call, D: Jacobian) -> E.Expr:
-    da, db = D.d(e.args[0]), D.d(e.args[1])
-    a, b = D.fwd(e.args[0]), D.fwd(e.args[1])
-    out: E.Expr = E.Zero(e.dtype)
-    if not isinstance(da, E.Zero):
-        pa = E.mul(b, E.power(a, E.sub(b, 1)))
-        out = E.mul(da, E.select(E.compare(E.EQ, b, 0), E.Zero(e.dtype), pa))
-    if not isinstance(db, E.Zero):
-        pb = E.mul(D.value(e), E.call("log", a))
-        at0 = E.logical_and(E.compare(E.EQ, a, 0), E.compare(E.GE, b, 0))
-        out = E.add(out, E.mul(db, E.select(at0, E.Zero(e.dtype), pb)))
-    return out
-
-
-def _abs(e: E.Call, D: Jacobian) -> E.Expr:
+    if op.zero_derivative:                                          # floor, ceil
+        return E.Zero(e.dtype)
+    p = Point(op, [lambda x=x: D.fwd(x) for x in e.args], lambda: D.value(e))
+    if op.partials is not None:                                     # sum_i d(x_i) df/dx_i
+        ds = [D.d(x) for x in e.args]
+        out: E.Expr = E.Zero(e.dtype)
+        for dx, part in zip(ds, op.partials(p, [not isinstance(d, E.Zero) for d in ds])):
+            if part is not None:
+                out = E.add(out, E.mul(dx, part))
+        return out
     dx = D.d(e.args[0])
-    x = D.fwd(e.args[0])
-    return E.select(E.compare(E.GT, x, 0), dx,
-                    E.select(E.compare(E.LT, x, 0), E.neg(dx), E.Zero(e.dtype)))
+    if isinstance(dx, E.Zero):
+        return dx
+    if op.d1_divisor is not None:                                   # dx / q, f' = 1/q
+        return E.div(dx, op.d1_divisor(p))
+    return _times(dx, p.f1)
 
 
-def _unary(fprime: Callable[[E.Expr, E.Expr], E.Expr]) -> Callable[[E.Call, Jacobian], E.Expr]:
-    """A rule ``d f(x) = dx * fprime(x, y)``, where ``y`` is the forward value ``f(x)``."""
-
-    def rule(e: E.Call, D: Jacobian) -> E.Expr:
-        dx = D.d(e.args[0])
-        if isinstance(dx, E.Zero):
-            return dx
-        return E.mul(dx, fprime(D.fwd(e.args[0]), D.value(e)))
-
-    return rule
-
-
-CALL_RULES: dict[str, Callable[[E.Call, Jacobian], E.Expr]] = {
-    "exp": _unary(lambda x, y: y),                                     # exp(x)' = exp(x)
-    "log": lambda e, D: E.div(D.d(e.args[0]), D.fwd(e.args[0])),      # log(x)' = 1 / x
-    "sqrt": lambda e, D: E.div(D.d(e.args[0]), E.mul(2, D.value(e))),  # sqrt(x)' = 1 / 2y
-    "tanh": _unary(lambda x, y: E.sub(1, E.mul(y, y))),                # tanh' = 1 - y^2
-    "sigmoid": _unary(lambda x, y: E.mul(y, E.sub(1, y))),             # sigmoid' = y (1 - y)
-    "sin": _unary(lambda x, y: E.call("cos", x)),                      # sin' = cos
-    "cos": _unary(lambda x, y: E.neg(E.call("sin", x))),              # cos' = -sin
-    "abs": _abs,                                                       # abs' = sign, 0 at 0
-    "erf": _unary(lambda x, y: E.mul(_TWO_OVER_SQRT_PI,                # erf' = 2/√π e^{-x²}
-                                     E.call("exp", E.neg(E.mul(x, x))))),
-    "floor": _zero,                                                    # floor' = 0
-    "ceil": _zero,                                                     # ceil' = 0
-    "pow": _pow,                                                       # see module docstring
-}
+def _times(dx: E.Expr, f1: E.Expr) -> E.Expr:
+    """``dx * f1``, distributed over a select of constants (``abs' = sign``: the adjoint is
+    routed, ``x > 0 ? dx : x < 0 ? -dx : 0``, not multiplied)."""
+    if isinstance(f1, E.Select):
+        t, f = _times(dx, f1.t), _times(dx, f1.f)
+        return E.select(f1.cond, t, f)
+    if isinstance(f1, E.Const) and f1.value == 0:
+        return E.Zero(dx.dtype)
+    if isinstance(f1, E.Const) and f1.value == -1:
+        return E.neg(dx)
+    return E.mul(dx, f1)
 
 
 RULES: dict[type, Rule] = {
@@ -190,6 +169,6 @@ RULES: dict[type, Rule] = {
                                  D.d(e.a), D.d(e.b)),             #   a >= b ? da : db
     E.Select: _select,                                            # c ? t : f -> c ? dt : df
     E.Cast: _cast,                                                # float(x) -> float(dx)
-    E.Call: _call,                                                # f(x) -> CALL_RULES[f]
+    E.Call: _call,                                                # f(x) -> dx f'(x)
     E.Reduce: reductions.diff_reduce,                             # see reductions.py
 }

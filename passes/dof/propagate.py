@@ -46,7 +46,7 @@ tangent stages are laid out ``(b, kb, j, ki)``: the loops run block by block ove
 block`` slab (the N=1000, width-256 MLP in that layout: 580 -> 315 ms).  The width-last layout
 needs no blocking: each dot product streams one ``W_in``-row of ``g_u``.
 
-Scaled layers (seed eq. 23 proper).  For ``f`` in :data:`~.rules.UNARY_D2_RATIO` (tanh,
+Scaled layers (seed eq. 23 proper).  For ``f`` whose op-table entry gives ``f''/f'`` (tanh,
 sigmoid, exp, erf: ``f' = 0`` only where ``f'' = 0``), a per-sample ``g_z``, and a layer that
 some stage other than the output reads (:attr:`DofContext.g_read_on`), the rule of
 :mod:`.rules` stores ``g_T = f'(z) * sum(...)`` as one stage and forms the second-order term

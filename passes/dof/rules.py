@@ -14,7 +14,8 @@ pass ``g`` and ``s`` through; a product adds ``2 Q(g_a, g_b)``; a unary function
 the context (:class:`tecomp.passes.dof.propagate.DofContext`), which also stores an operand's
 ``g`` in a stage when it is an expensive expression used twice (in ``g_v`` and in ``Q``).
 
-``UNARY_D2[name](u, y, f1)`` is ``f''(u)`` from the argument, the value and ``f'(u)``.
+``f'`` and ``f''`` of a math function (the partials of a binary op) come from the op table
+(:mod:`tecomp.intrinsics`).
 """
 
 from __future__ import annotations
@@ -25,36 +26,16 @@ from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
 from tecomp.functor import free_vars, make_reduce
+from tecomp.intrinsics import Intrinsic, Point, lookup
 
-from ..forward.context import contains_reduce, select
+from ..forward.context import contains_reduce, literal_zeros, select
 from ..forward.reductions import at_first
-from ..forward.rules import UNARY_D1, pow_partials, sign
 from .product import product_pair
 
 if TYPE_CHECKING:
     from .propagate import DofContext
 
 Pair = tuple[E.Expr, E.Expr]
-
-# name: (u, y, f') -> f''(u)                                    # f -> f''
-UNARY_D2: dict[str, Callable[[E.Expr, E.Expr, E.Expr], E.Expr]] = {
-    "exp": lambda u, y, f1: y,                                  # exp -> exp
-    "log": lambda u, y, f1: E.neg(E.mul(f1, f1)),               # log -> -1/u^2
-    "sqrt": lambda u, y, f1: E.div(-0.25, E.mul(u, y)),         # sqrt -> -u^(-3/2)/4
-    "tanh": lambda u, y, f1: E.mul(E.mul(-2.0, y), f1),         # tanh -> -2 tanh tanh'
-    "sigmoid": lambda u, y, f1: E.mul(f1, E.sub(1.0, E.mul(2.0, y))),  # -> s'(1 - 2s)
-    "sin": lambda u, y, f1: E.neg(y),                           # sin -> -sin
-    "cos": lambda u, y, f1: E.neg(y),                           # cos -> -cos
-    "erf": lambda u, y, f1: E.mul(E.mul(-2.0, u), f1),          # erf -> -2u erf'
-}
-
-# name: (u, y, f') -> f''(u) / f'(u), for the f with f' = 0 only where f'' = 0 as well
-UNARY_D2_RATIO: dict[str, Callable[[E.Expr, E.Expr, E.Expr], E.Expr]] = {
-    "exp": lambda u, y, f1: E.Const(1.0, y.dtype),
-    "tanh": lambda u, y, f1: E.mul(-2.0, y),
-    "sigmoid": lambda u, y, f1: E.sub(1.0, E.mul(2.0, y)),
-    "erf": lambda u, y, f1: E.mul(-2.0, u),
-}
 
 #: the smallest positive normal number of each float type
 _TINY = {"float64": 2.2250738585072014e-308, "float32": 1.1754943508222875e-38,
@@ -142,67 +123,62 @@ def _cast(e: E.Cast, c: DofContext, b: frozenset) -> Pair:
     return E.cast(g, e.dtype), E.cast(s, e.dtype)
 
 
-def _pow(e: E.Call, c: DofContext, b: frozenset) -> Pair:
-    (ga, sa), (gp, sp) = c.operands(e.args, b)
-    a, p = (c.operand_value(x, b) for x in e.args)
-    y = c.value(e)
-    need_a, need_p = not isinstance(ga, E.Zero), not isinstance(gp, E.Zero)
-    fa, fp = pow_partials(a, p, y, need_a, need_p)
+def _partials(e: E.Call, op: Intrinsic, c: DofContext, b: frozenset) -> Pair:
+    """A binary op from its first and second partials (seed eqs. 17-18)."""
+    pairs = c.operands(e.args, b)
+    p = Point(op, [c.operand_value(x, b) for x in e.args], c.value(e))
+    first = [None if f is None else literal_zeros(f)
+             for f in op.partials(p, [not isinstance(g, E.Zero) for g, _ in pairs])]
+    second = op.second_partials(p, first)
     g: E.Expr = E.Zero(e.dtype)
     s: E.Expr = E.Zero(e.dtype)
-    if fa is not None:
-        c2 = E.mul(p, E.sub(p, 1.0))                            # p (p - 1) a^(p - 2)
-        faa = (E.Zero(e.dtype) if isinstance(c2, E.Const) and c2.value == 0 else
-               E.mul(c2, E.power(a, E.sub(p, 2.0))))
-        g = E.add(g, E.mul(fa, ga))
-        s = E.add(s, E.add(E.mul(fa, sa), E.mul(faa, c.q(ga, ga))))
-    if fp is not None:
-        fpp = E.mul(fp, E.call("log", a))                       # y log(a)^2
-        g = E.add(g, E.mul(fp, gp))
-        s = E.add(s, E.add(E.mul(fp, sp), E.mul(fpp, c.q(gp, gp))))
-    if fa is not None and fp is not None:
-        fap = E.mul(E.power(a, E.sub(p, 1.0)), E.add(1.0, E.mul(p, E.call("log", a))))
-        s = E.add(s, E.mul(E.mul(2.0, fap), c.q(ga, gp)))
+    for i, ((gi, si), fi) in enumerate(zip(pairs, first)):
+        if fi is not None:
+            g = E.add(g, E.mul(fi, gi))
+            s = E.add(s, E.add(E.mul(fi, si), E.mul(second[i, i], c.q(gi, gi))))
+    for (i, m), fim in second.items():
+        if i < m:
+            s = E.add(s, E.mul(E.mul(2.0, fim), c.q(pairs[i][0], pairs[m][0])))
     return g, s
 
 
 def _call(e: E.Call, c: DofContext, b: frozenset) -> Pair:
-    if e.name == "pow":
-        return _pow(e, c, b)
-    if e.name in ("floor", "ceil"):
+    op = lookup(e.name)
+    if op is None or not op.differentiable:
+        raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
+    if op.zero_derivative:
         return _zeros(e)                                        # piecewise constant
+    if op.partials is not None:
+        return _partials(e, op, c, b)
     gu, su = c.pair(e.args[0], b)
     if isinstance(gu, E.Zero) and isinstance(su, E.Zero):
         return _zeros(e)
-    u = c.operand_value(e.args[0], b)
-    if e.name not in UNARY_D1 and e.name != "abs":
-        raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
-    y = c.value(e)
-    f1 = UNARY_D1[e.name](u, y) if e.name != "abs" else sign(u)
-    scaled = _scaled_layer(e, c, b, u, y, f1, gu, su)
+    p = Point(op, [c.operand_value(e.args[0], b)], c.value(e))
+    f1 = p.f1
+    scaled = _scaled_layer(e, op, c, b, p, gu, su)
     if scaled is not None:
         return scaled
     ((gu, su),) = c.operands(e.args, b)
-    if e.name == "abs":                                         # abs'' = 0 a.e.
+    f2 = op.second_derivative(p)
+    if isinstance(f2, E.Zero):                                  # abs'' = 0 a.e.
         return E.mul(f1, gu), E.mul(f1, su)
-    f2 = UNARY_D2[e.name](u, y, f1)
     gram = c.hoist(c.q(gu, gu), b, f"q_{c.primal.name}")      # a stage: a reduction of its own
     return E.mul(f1, gu), E.add(E.mul(f1, su), E.mul(f2, gram))
 
 
-def _scaled_layer(e: E.Call, c: DofContext, b: frozenset, u: E.Expr, y: E.Expr, f1: E.Expr,
+def _scaled_layer(e: E.Call, op: Intrinsic, c: DofContext, b: frozenset, p: Point,
                   gu: E.Expr, su: E.Expr) -> Pair | None:
     """Seed eq. 23 for a layer ``f(z)`` whose ``g_z`` is a per-sample contraction: the
     tangent ``g = f'(z) g_z`` is one stage (the scaled contraction, no ``g_z`` buffer) and
     the second-order term is ``f''/f'^2 Q(g, g) = (f''/f') Q(g, g) / f'``.
 
     Only in the width-last tangent layout (where the scaled sum runs at unit stride), for the
-    ``f`` of :data:`UNARY_D2_RATIO` (``f' = 0`` implies ``f'' = 0``), and when ``g_z`` uses
-    every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper, batch-invariant Gram
+    ``f`` whose entry gives ``d2_over_d1`` (``f' = 0`` implies ``f'' = 0``), and when ``g_z``
+    uses every stage axis ``f'`` uses (else ``Q(g_z, g_z)`` is the cheaper, batch-invariant Gram
     of a first layer).  Where ``f'^2`` is below the smallest normal number the term is taken
     as 0: it is then ``(f''/f') f' Q(g_z, g_z)`` with ``|f'| < 1e-154`` in float64 (``tanh' =
     1 - tanh^2`` is either exactly 0 there or above 1e-16)."""
-    ratio = UNARY_D2_RATIO.get(e.name)
+    ratio, f1 = op.d2_over_d1, p.f1
     if (ratio is None or e.dtype not in _TINY or not c.layout.width_last or not c.g_read_on
             or not contains_reduce(gu)):
         return None
@@ -216,7 +192,7 @@ def _scaled_layer(e: E.Call, c: DofContext, b: frozenset, u: E.Expr, y: E.Expr, 
         return None
     dt = e.dtype
     gram = c.hoist(c.q(g, g), b, f"q_{c.primal.name}")
-    term = E.div(E.mul(ratio(u, y, f1), gram), f1)
+    term = E.div(E.mul(ratio(p), gram), f1)
     big = E.compare(E.GT, E.mul(f1, f1), E.Const(_TINY[dt], dt))
     return g, E.add(E.mul(f1, su), E.select(big, term, E.Const(0.0, dt)))
 

@@ -117,6 +117,14 @@ def select(cond: E.Expr, t: E.Expr, f: E.Expr) -> E.Expr:
     return E.select(cond, t, f)
 
 
+def literal_zeros(e: E.Expr) -> E.Expr:
+    """``e`` (an op-table partial) with the symbolic zeros of its selects written as the
+    literal 0, as :func:`select` writes them."""
+    if isinstance(e, E.Select):
+        return select(e.cond, literal_zeros(e.t), literal_zeros(e.f))
+    return e
+
+
 class StageContext:
     """Differentiation state of one primal compute stage (see the module docstring)."""
 

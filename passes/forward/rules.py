@@ -15,45 +15,24 @@ Conventions that matter for consistency with reverse mode:
 * reductions: see :mod:`.reductions` (sum is linear, max/min take the first extremal index,
   prod has a zero-safe O(K) form).
 
-``UNARY_D1[name](u, y)`` gives ``f'(u)`` from the argument ``u`` and the value ``y = f(u)``;
-the DOF rules reuse it.
+Math functions take ``f'`` (or the partials of a binary op) from the op table
+(:mod:`tecomp.intrinsics`), as reverse mode and DOF do.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.errors import DifferentiationError
 from tecomp.functor import make_reduce
+from tecomp.intrinsics import Point, lookup
 
-from .context import StageContext, select
+from .context import StageContext, literal_zeros, select
 from .reductions import extremum_tangent, product_tangent
 
 Rule = Callable[[E.Expr, StageContext, frozenset], E.Expr]
-
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-
-# name: (u, y) -> f'(u)                                         # f -> f'
-UNARY_D1: dict[str, Callable[[E.Expr, E.Expr], E.Expr]] = {
-    "exp": lambda u, y: y,                                      # exp -> exp
-    "log": lambda u, y: E.div(1.0, u),                          # log -> 1/u
-    "sqrt": lambda u, y: E.div(0.5, y),                         # sqrt -> 1/(2 sqrt u)
-    "tanh": lambda u, y: E.sub(1.0, E.mul(y, y)),               # tanh -> 1 - tanh^2
-    "sigmoid": lambda u, y: E.mul(y, E.sub(1.0, y)),            # sigmoid -> s (1 - s)
-    "sin": lambda u, y: E.call("cos", u),                       # sin -> cos
-    "cos": lambda u, y: E.neg(E.call("sin", u)),                # cos -> -sin
-    "erf": lambda u, y: E.mul(_TWO_OVER_SQRT_PI, E.call("exp", E.neg(E.mul(u, u)))),
-}
-
-
-def sign(u: E.Expr) -> E.Expr:
-    """sign(u) as an expression (0 at 0)."""
-    return E.select(E.compare(E.GT, u, 0.0), E.Const(1.0, u.dtype),
-                    E.select(E.compare(E.LT, u, 0.0), E.Const(-1.0, u.dtype),
-                             E.Const(0.0, u.dtype)))
 
 
 def _zero(e: E.Expr, c: StageContext, b: frozenset) -> E.Expr:
@@ -107,48 +86,26 @@ def _cast(e: E.Cast, c: StageContext, b: frozenset) -> E.Expr:
     return E.cast(c.d(e.value, b), e.dtype)
 
 
-def pow_partials(a: E.Expr, p: E.Expr, y: E.Expr, need_a: bool,
-                 need_p: bool) -> tuple[E.Expr | None, E.Expr | None]:
-    """(d/da, d/dp) of ``y = a ** p``, each only when needed, with reverse mode's conventions
-    at the singular points: d/da is 0 where ``p == 0``, d/dp is 0 where ``a == 0, p >= 0``."""
-    d_a = d_p = None
-    zero = E.Const(0.0, y.dtype)
-    if need_a:
-        if isinstance(p, E.Const):
-            d_a = E.mul(p, E.power(a, E.sub(p, 1.0))) if p.value != 0 else E.Zero(y.dtype)
-        else:
-            d_a = E.select(E.compare(E.EQ, p, zero), zero,
-                           E.mul(p, E.power(a, E.sub(p, 1.0))))
-    if need_p:
-        singular = E.logical_and(E.compare(E.EQ, a, zero), E.compare(E.GE, p, zero))
-        d_p = E.select(singular, zero, E.mul(y, E.call("log", a)))
-    return d_a, d_p
-
-
 def _call(e: E.Call, c: StageContext, b: frozenset) -> E.Expr:
-    if e.name == "pow":
-        da, dp = c.d(e.args[0], b), c.d(e.args[1], b)
-        a, p = (c.operand_value(x, b) for x in e.args)
-        fa, fp = pow_partials(a, p, c.value(e), not isinstance(da, E.Zero),
-                              not isinstance(dp, E.Zero))
-        out: E.Expr = E.Zero(e.dtype)
-        if fa is not None:
-            out = E.add(out, E.mul(fa, da))
-        if fp is not None:
-            out = E.add(out, E.mul(fp, dp))
-        return out
-    if e.name in ("floor", "ceil"):
+    """``f(u) -> f'(u) du`` from the op table (partials for a binary op)."""
+    op = lookup(e.name)
+    if op is None or not op.differentiable:
+        raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
+    if op.zero_derivative:
         return E.Zero(e.dtype)                                  # piecewise constant
+    if op.partials is not None:                                 # sum_i df/du_i du_i
+        ds = [c.d(x, b) for x in e.args]
+        p = Point(op, [c.operand_value(x, b) for x in e.args], c.value(e))
+        out: E.Expr = E.Zero(e.dtype)
+        for part, du in zip(op.partials(p, [not isinstance(d, E.Zero) for d in ds]), ds):
+            if part is not None:
+                out = E.add(out, E.mul(literal_zeros(part), du))
+        return out
     du = c.d(e.args[0], b)
     if isinstance(du, E.Zero):
         return du
-    u = c.operand_value(e.args[0], b)
-    if e.name == "abs":
-        return E.mul(sign(u), du)                               # abs -> sign
-    rule = UNARY_D1.get(e.name)
-    if rule is None:
-        raise DifferentiationError(f"no derivative rule for tc.{e.name} in {e}")
-    return E.mul(rule(u, c.value(e)), du)
+    p = Point(op, [c.operand_value(e.args[0], b)], lambda: c.value(e))
+    return E.mul(p.f1, du)
 
 
 def _read(e: E.TensorRead, c: StageContext, b: frozenset) -> E.Expr:

@@ -30,11 +30,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 import tecomp as tc
+from tecomp.intrinsics import INTRINSICS
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
-UNARY = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "erf", "floor", "ceil",
-         "pow")
+UNARY = tuple(INTRINSICS)  # every math op of the table: exp, log, sqrt, tanh, ..., pow
 ROUGH = {"abs", "floor", "ceil"}
 
 
@@ -180,7 +180,7 @@ class _Gen:
             x = self.value(axes, depth - 1)
             if fn == "exp":
                 return tc.exp(tc.tanh(x))
-            if fn in ("log", "sqrt"):
+            if INTRINSICS[fn].domain[0] >= 0:  # log, sqrt: positive arguments
                 return getattr(tc, fn)(x * x + 1.0)
             if fn == "pow":
                 return tc.pow(x * x + 1.0, tc.const(self.draw(st.sampled_from([0.5, 2.0])), dt))

@@ -18,6 +18,7 @@ from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
+from tecomp.intrinsics import INTRINSICS
 from tecomp.passes.schedule.gpu import schedule_gpu
 
 N = 61
@@ -94,10 +95,10 @@ def _cases() -> dict[str, tuple]:
                          else t * 10)
         c[f"nanmax_{s}"] = (lambda r, s=s: tc.maximum(r[f"z_{s}"], r[f"a_{s}"])
                             + tc.minimum(r[f"a_{s}"], r[f"z_{s}"]), t)
-        for f in ("exp", "tanh", "sigmoid", "sin", "cos", "erf", "floor", "ceil"):
-            c[f"{f}_{s}"] = (lambda r, s=s, f=f: getattr(tc, f)(r[f"a_{s}"]), t * 4)
-        c[f"log_{s}"] = (lambda r, s=s: tc.log(r[f"p_{s}"]), t * 4)
-        c[f"sqrt_{s}"] = (lambda r, s=s: tc.sqrt(r[f"p_{s}"]), t * 4)
+        for f, op in INTRINSICS.items():  # every unary float op of the table (abs: above)
+            if op.arity == 1 and not op.integer_ok:
+                x = "p" if op.domain[0] >= 0 else "a"  # positive arguments for log, sqrt
+                c[f"{f}_{s}"] = (lambda r, s=s, f=f, x=x: getattr(tc, f)(r[f"{x}_{s}"]), t * 4)
         c[f"pow_{s}"] = (lambda r, s=s: r[f"p_{s}"] ** r[f"a_{s}"], t * 8)
         c[f"toint64_{s}"] = (lambda r, s=s: tc.cast(r[f"z_{s}"], "int64"), None)
         c[f"tobool_{s}"] = (lambda r, s=s: tc.cast(r[f"z_{s}"], "bool"), None)
