@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import dsl as tc
 from ..tensor import Tensor
 
 __all__ = ["BitAffineMap", "BitLinearGather", "bit_affine_form", "bit_linear_split",
@@ -142,29 +143,77 @@ class BitAffineMap:
         return out
 
     def field(self, p, lo: int, hi: int):
-        """Bits ``[lo, hi)`` of ``f(p)``, shifted down by ``lo``, as a DSL index expression."""
+        """Bits ``[lo, hi)`` of ``f(p)``, shifted down by ``lo``, as a DSL index expression.
+
+        Input bits whose column sets several bits (Makhoul's ``p % 2``) are fixed case by case
+        (a ``select`` on them, at most two such bits): in each case the rest is a pure bit move
+        with some outputs flipped, i.e. runs of ``(p // 2^s) % 2^r`` (flipped: ``2^r - 1``
+        minus it), which the bounds prover handles piece by piece.  Other maps fall back to
+        the parities ``(offset_t + sum_s p // 2^s) % 2``.
+        """
+        wide = [s for s, col in enumerate(self.columns) if col & (col - 1)]
+        rest = [(s, col) for s, col in enumerate(self.columns) if s not in wide and col]
+        outs = [col for _, col in rest]
+        if len(wide) > 2 or len(set(outs)) != len(outs):
+            return self._parity_field(p, lo, hi)
+        src = {col.bit_length() - 1: s for s, col in rest}  # output bit -> its input bit
+        if not wide:
+            return _moved_bits(p, src, self.offset, lo, hi)
+        return self._select_cases(p, wide, src, lo, hi)
+
+    def _select_cases(self, p, wide: list[int], src: dict[int, int], lo: int, hi: int):
+        def build(fixed: int, b: int):
+            if b == len(wide):
+                mask = self.offset
+                for t, s in enumerate(wide):
+                    if fixed >> t & 1:
+                        mask ^= self.columns[s]
+                return _moved_bits(p, src, mask, lo, hi)
+            s = wide[b]
+            zero, one = build(fixed, b + 1), build(fixed | 1 << b, b + 1)
+            if isinstance(zero, int) and isinstance(one, int) and zero == one:
+                return zero
+            return tc.if_then_else(tc.eq(p // (1 << s) % 2 if s else p % 2, 0), zero, one)
+        return build(0, 0)
+
+    def _parity_field(self, p, lo: int, hi: int):
         out = 0
-        t = lo
-        while t < hi:
+        for t in range(lo, hi):
             srcs = [s for s, col in enumerate(self.columns) if col >> t & 1]
-            flip = self.offset >> t & 1
-            run = 1
-            if len(srcs) == 1 and not flip:  # a run of plain bit moves: one // and one %
-                while t + run < hi and not self.offset >> (t + run) & 1 and [
-                        s for s, col in enumerate(self.columns)
-                        if col >> (t + run) & 1] == [srcs[0] + run]:
-                    run += 1
-                bit = p // (1 << srcs[0]) % (1 << run) if srcs[0] else p % (1 << run)
-            elif not srcs:
-                bit = flip
-            else:
-                parity = flip
-                for s in srcs:
-                    parity = parity + (p // (1 << s) if s else p)
-                bit = parity % 2
+            parity = self.offset >> t & 1
+            for s in srcs:
+                parity = parity + (p // (1 << s) if s else p)
+            bit = parity % 2 if srcs else parity
             out = out + bit * (1 << (t - lo)) if t > lo else out + bit
-            t += run
         return out
+
+
+def _moved_bits(p, src: dict[int, int], mask: int, lo: int, hi: int):
+    """``sum_t 2^(t-lo) · (bit src[t] of p, flipped where mask has bit t)`` for ``t`` in
+    ``[lo, hi)``, runs of consecutive moves taken at once."""
+    out = 0
+    t = lo
+    while t < hi:
+        flip = mask >> t & 1
+        if t not in src:
+            part, run = flip, 1
+        else:
+            run = 1
+            while t + run < hi and src.get(t + run) == src[t] + run and \
+                    (mask >> (t + run) & 1) == flip:
+                run += 1
+            s = src[t]
+            part = p // (1 << s) % (1 << run) if s else p % (1 << run)
+            if flip:
+                part = ((1 << run) - 1) - part
+        if isinstance(part, int) and part == 0:
+            pass
+        elif t == lo:
+            out = out + part
+        else:
+            out = out + part * (1 << (t - lo))
+        t += run
+    return out
 
 
 def inverse_permutation(perm: Sequence[int] | np.ndarray) -> np.ndarray:
