@@ -59,6 +59,7 @@ class InputLayout:
 
     shape: tuple[int, ...]
     split: Callable[..., tuple[Index, Index, Index]]
+    staged: bool = False
 
 
 def _row_split(m: Index, c: int, d: int) -> tuple[Index, Index, Index]:
@@ -75,7 +76,8 @@ def stage_input(pattern: tuple[int, int, int, int], b2: int, d2: int,
                 shape: tuple[int, int, int]) -> InputLayout:
     """The input is a stage stored as ``S[i', l', j', n]`` whose factor has ``b = b2, d = d2``."""
     _, _, c, d = pattern
-    return InputLayout(shape, lambda i2, l2, j2: _row_split(i2 * (b2 * d2) + j2 * d2 + l2, c, d))
+    return InputLayout(shape, lambda i2, l2, j2: _row_split(i2 * (b2 * d2) + j2 * d2 + l2, c, d),
+                       staged=True)
 
 
 def permuted_input(pattern: tuple[int, int, int, int], perm: np.ndarray,
@@ -124,14 +126,26 @@ def declare_stage_rule(out: Tensor, T: Tensor, src: Tensor, pattern: tuple[int, 
         def transposed(*point):
             *where, n = point
             i, k, l_ = layout.split(*where)
+            return transposed_at(i, k, l_, n)
+
+        def transposed_at(i, k, l_, n):
             if unroll:
                 return _sum([T[i, j, k, l_] * head_read(i, j, l_, n) for j in range(b)])
             j = tc.reduce_axis(b, name="j")
             return tc.sum(T[i, j, k, l_] * head_read(i, j, l_, n), axis=j)
 
         batch = src.shape[-1]
-        d_src = tc.compute(layout.shape + (batch,), transposed, name=f"{y.name}_dx",
-                           tag="kron_sparse")
+        if layout.staged:  # computed as D[i, l, k, n], read back in the input's order
+            D = tc.compute((a, d, c, batch), lambda i, l_, k, n: transposed_at(i, k, l_, n),
+                           name=f"{y.name}_dx", tag="kron_sparse")
+
+            def view(*point):
+                i, k, l_ = layout.split(*point[:-1])
+                return D[i, l_, k, point[-1]]
+            d_src = tc.compute(layout.shape + (batch,), view, name=f"{y.name}_dx_view")
+        else:
+            d_src = tc.compute(layout.shape + (batch,), transposed, name=f"{y.name}_dx",
+                               tag="kron_sparse")
         n = tc.reduce_axis(batch, name="n")
         d_T = tc.compute(pattern, lambda i, j, k, l_: tc.sum(
             head_read(i, j, l_, n) * read(i, k, l_, n), axis=n), name=f"{y.name}_dT")
