@@ -7,7 +7,9 @@ A Kronecker-sparse factor of pattern ``(a, b, c, d)`` is stored compactly as ``T
 :func:`dct` chains the fully real factors of :func:`real_butterfly` (see
 :mod:`tecomp.ops.butterfly_factors` for their construction), fused mostly in pairs by
 default (:mod:`tecomp.ops.butterfly_fuse`), each stage with its products written out and the input
-permutation as index arithmetic (:mod:`tecomp.ops.butterfly_gather`).
+permutation as index arithmetic (:mod:`tecomp.ops.butterfly_gather`).  Each stage declares its
+adjoint, the transposed factor (:mod:`tecomp.ops.butterfly_grad`): a gradient costs what the
+forward costs.
 """
 
 from __future__ import annotations
@@ -148,7 +150,12 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     columns, same factors and gather, took 0.61 ms unrolled against 0.78 ms, one thread.)
     The multiplies are
     the same; ``tc.cost`` counts one add fewer per output element (no add to a zero start).
-    Gradients work in both forms.
+
+    Gradients: every stage declares its adjoint (:mod:`tecomp.ops.butterfly_grad`), the
+    transposed factor with respect to its input and one product per entry with respect to its
+    factor, each as many multiply-adds as the stage; a constant ``perm`` is inverted exactly
+    (checked to be a bijection) and its inverse read as index arithmetic where it is bit-affine.
+    A ``perm`` tensor leaves the first stage to the generic adjoint (a scatter).
     """
     pats = [_check_pattern(p, f"butterfly_chain {name}") for p in patterns]
     if len(pats) != len(factors):

@@ -12,12 +12,16 @@ same sums from the generic adjoint ``sum_(r, k) dy[r] · delta(m, row(r, k))`` o
 the row map, whose ``//`` and ``%`` (one pair per bit of the input gather) make its
 projections grow with ``n``; the stage knows the inverse and declares it instead.
 
-Every ``dx`` is written directly in the storage order of the stage's input, so that the chain
-of adjoints is the chain of transposed factors in reverse order with the forward's fusion:
+The chain of adjoints is the chain of transposed factors in reverse order, with the forward's
+fusion (the fused factors are the stages), and each ``dx`` is laid out as the forward's stages
+are:
 
-* input a previous stage ``S[i', l', j', n]`` of pattern ``(a', b', c', d')``: the adjoint's
-  point ``(i', l', j')`` is the canonical row ``m = i'·b'·d' + j'·d' + l'``, and
-  ``(i, k, l) = (m // (c·d), m // d % c, m % d)``;
+* input a previous stage ``S[i', l', j', n]`` of pattern ``(a', b', c', d')``: ``dx`` is
+  computed as ``D[i, l, k, n]`` (loops ``i, l, k, n``: the ``b`` rows of ``dy`` that one
+  ``(i, l)`` reads stay in cache for its ``c`` outputs, as the forward keeps its ``c`` input
+  rows) and handed to reverse mode as the view ``dS[i', l', j', n] = D[i, l, k, n]`` with
+  ``m = i'·b'·d' + j'·d' + l'`` and ``(i, k, l) = (m // (c·d), m // d % c, m % d)``, which
+  inlining turns into index arithmetic in the next transposed stage (no copy);
 * input ``X`` read through a constant permutation, ``x[m] = X[perm[m]]``: the adjoint is the
   gather ``dX[p] = dx[perm^-1(p)]`` (a scatter through a bijection is a gather through its
   inverse).  ``perm^-1`` is computed at declaration and checked to be a bijection; when it is
