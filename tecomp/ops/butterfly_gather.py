@@ -51,8 +51,12 @@ the result is index arithmetic: bit ``t`` of ``f(p)`` is the parity
 ``t`` (``p // 2^s`` has the parity of bit ``s``).  Worked example, the DCT-II at ``n = 8``:
 ``perm = perm^-1 = [0, 7, 4, 3, 2, 5, 6, 1]``, ``offset = 0``, ``columns = [7, 4, 2]``: bit 0 of
 ``perm^-1(p)`` is ``p % 2``, bit 1 is ``(p + p // 4) % 2``, bit 2 is ``(p + p // 2) % 2``; for
-``p = 6`` that is ``0, 1, 1``: ``perm^-1(6) = 6``.  No projection and no table: the terms
-number at most ``L`` per bit, whatever the rest of the gradient looks like.
+``p = 6`` that is ``0, 1, 1``: ``perm^-1(6) = 6``.  No projection and no table.  Written so, a
+sum of bits taken modulo 2 costs the isl bounds proofs about a second an access at ``n = 1024``
+(a ``%`` of a sum over a wide range); :meth:`BitAffineMap.field` instead fixes the bits whose
+column sets several bits (here ``p % 2``, column ``7``) in a ``select`` and writes each case as
+pure bit moves, flipped where the case's constant says: bit 1 of ``perm^-1(p)`` is
+``select(p % 2 == 0, p // 4 % 2, 1 - p // 4 % 2)``.  Those prove in milliseconds.
 """
 
 from __future__ import annotations
