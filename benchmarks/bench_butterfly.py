@@ -28,6 +28,20 @@ favour some methods.  ``--order grouped`` runs each method's repeats back to bac
     python benchmarks/bench_butterfly.py [--sizes 256 1024 4096] [--batch 128] [--repeat 15]
         [--fuse auto 1 2 3] [--order interleaved|grouped] [--lazylinop-optimize DIR]
 
+``--grad`` prints the gradient table instead: for each kind (``dct2``, ``dst2``, ``dht``),
+size and dtype (``--dtypes``), in a process of its own, the gradient of ``tc.ops.dct(X, kind)``
+with respect to ``X`` for a head ``G`` (the inverse transform of ``G``, as the transforms are
+orthonormal) against SciPy's inverse (``idct``/``idst``; for the DHT, which is its own inverse,
+``Re((1 + i)·fft(G))/√n``), timed interleaved round-robin in that process, with the static
+flops of the gradient and of the forward (``tc.cost``), the build time of the gradient
+(``tc.gradient`` + ``tc.build`` with an empty cache directory, after a gradient at ``n = 4``
+has loaded the compiler and the passes; in brackets the forward's ``tc.build``, also cold) and
+the
+largest difference from SciPy's inverse::
+
+    python benchmarks/bench_butterfly.py --grad [--sizes 16 64 256 1024 4096]
+        [--dtypes float64 float32] [--repeat 15]
+
 ``--retain-heap`` re-runs the script with glibc told to keep freed memory (``GLIBC_TUNABLES``
 mmap/trim thresholds).  The kernels keep their intermediate buffers between calls; every
 method still allocates its output per call (1 MiB at n = 1024), which glibc returns to the
@@ -41,6 +55,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -135,6 +150,72 @@ def run(sizes: list[int], batch: int, repeat: int, fuses: list, order: str = "in
                   f"{t / med['dense']:.2f}x dense" + (f", {lazy}" if lazy else ""))
 
 
+def _inverse(kind: str):
+    """SciPy's inverse of the orthonormal transform ``kind`` along axis 0."""
+    import scipy.fft as sfft
+
+    if kind == "dct2":
+        return functools.partial(sfft.idct, type=2, norm="ortho", axis=0)
+    if kind == "dst2":
+        return functools.partial(sfft.idst, type=2, norm="ortho", axis=0)
+    return lambda g: ((1 + 1j) * sfft.fft(g, axis=0)).real / np.sqrt(g.shape[0])
+
+
+def grad_case(kind: str, n: int, batch: int, dtype: str, repeat: int) -> dict:
+    """One row of the gradient table (see the module docstring), measured in this process."""
+    X = tc.placeholder((n, batch), name="X", dtype=dtype)
+    G = tc.placeholder((n, batch), name="G", dtype=dtype)
+    Y = tc.ops.dct(X, kind)
+    x4 = tc.placeholder((4, 2), name="X4", dtype=dtype)  # loads the compiler and the passes
+    tc.build(tc.gradient(tc.ops.dct(x4, kind), [x4]), [x4])
+    t0 = time.perf_counter()
+    fwd = tc.build(Y, [X])
+    fwd_build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    (dX,) = tc.gradient(Y, [X], head=G)
+    k = tc.build([dX], [G])
+    build = time.perf_counter() - t0
+    fwd.threads = k.threads = 1
+    g = np.random.default_rng(0).standard_normal((n, batch)).astype(dtype)
+    inv = _inverse(kind)
+    err = float(np.max(np.abs(k(g) - inv(g.astype(np.float64)))))
+    med = _time({"scipy": inv, "tecomp": k}, g, repeat, "interleaved")
+    return {"kind": kind, "n": n, "dtype": dtype, "fwd_flops": tc.cost([Y], [X]).flops,
+            "grad_flops": tc.cost([dX], [G]).flops, "build_s": build, "fwd_build_s": fwd_build,
+            "err": err,
+            "scipy_ms": med["scipy"], "tecomp_ms": med["tecomp"]}
+
+
+def run_grad(sizes: list[int], batch: int, repeat: int, dtypes: list[str]) -> None:
+    """The gradient table, each case in a fresh process (its own compiler and caches)."""
+    import json
+    import platform
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), platform.processor()) \
+        if os.path.exists("/proc/cpuinfo") else platform.processor()
+    print(f"CPU: {cpu}, one thread, batch {batch}, medians of {repeat}")
+    print(f"{'kind':>5} {'n':>5} {'dtype':>8} {'fwd flops':>11} {'grad flops':>11} "
+          f"{'ratio':>6} {'build s':>8} {'(fwd)':>6} {'scipy ms':>9} {'grad ms':>9} {'/scipy':>7} "
+          f"{'max err':>8}")
+    for dtype in dtypes:
+        for kind in ("dct2", "dst2", "dht"):
+            for n in sizes:
+                args = [sys.executable, os.path.abspath(__file__), "--grad-case", kind, str(n),
+                        dtype, "--batch", str(batch), "--repeat", str(repeat)]
+                with tempfile.TemporaryDirectory() as empty:  # cold builds: no cache hits
+                    env = dict(os.environ, TECOMP_CACHE="0", TECOMP_CACHE_DIR=empty,
+                               XDG_CACHE_HOME=empty)
+                    out = subprocess.run(args, capture_output=True, text=True, check=True,
+                                         env=env).stdout
+                r = json.loads(out.strip().splitlines()[-1])
+                print(f"{kind:>5} {n:>5} {dtype:>8} {r['fwd_flops']:>11} {r['grad_flops']:>11} "
+                      f"{r['grad_flops'] / r['fwd_flops']:>6.2f} {r['build_s']:>8.2f} "
+                      f"{r['fwd_build_s']:>6.2f} "
+                      f"{r['scipy_ms']:>9.3f} {r['tecomp_ms']:>9.3f} "
+                      f"{r['tecomp_ms'] / r['scipy_ms']:>7.2f} {r['err']:>8.1e}", flush=True)
+
+
 def _fuse_arg(v: str) -> int | str:
     return v if v == "auto" else int(v)
 
@@ -150,7 +231,21 @@ def main() -> None:
                     help="also time lazylinop's optimised chain, its timings kept in DIR")
     ap.add_argument("--retain-heap", action="store_true",
                     help="re-run with glibc keeping freed memory (see the module docstring)")
+    ap.add_argument("--grad", action="store_true", help="the gradient table instead")
+    ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
+    ap.add_argument("--grad-case", nargs=3, metavar=("KIND", "N", "DTYPE"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.grad_case:
+        import json
+
+        kind, n, dtype = args.grad_case
+        print(json.dumps(grad_case(kind, int(n), args.batch, dtype, args.repeat)))
+        return
+    if args.grad:
+        sizes = args.sizes if "--sizes" in sys.argv else [16, 64, 256, 1024, 4096]
+        run_grad(sizes, args.batch, args.repeat, args.dtypes)
+        return
     if args.retain_heap and os.environ.get("GLIBC_TUNABLES") != _HEAP:
         env = dict(os.environ, GLIBC_TUNABLES=_HEAP)
         argv = [a for a in sys.argv if a != "--retain-heap"]

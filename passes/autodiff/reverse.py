@@ -41,7 +41,11 @@ this with the identity head ``δ(p, i)``.
 Custom derivatives: ``overrides`` maps a tensor, or a compute tag, to
 ``fn(out, inputs, head) -> list[Tensor | None]`` where ``inputs`` are the tensors ``out`` reads
 directly (in first-read order), ``head`` is the adjoint of ``out`` and the result holds the
-contribution of ``out`` to the adjoint of each input (``None``: no contribution).
+contribution of ``out`` to the adjoint of each input (``None``: no contribution).  A tensor may
+also carry its own rule of that form in ``attrs["vjp"]`` (an op that knows its transpose, e.g.
+the Kronecker-sparse stages of ``tc.ops``); it is used when no override names the tensor or its
+tag and the head has no prefix, and it may return ``None`` to decline (the body is then
+differentiated as usual).
 """
 
 from __future__ import annotations
@@ -194,6 +198,11 @@ class _Context:
         fn = self.override_for(y)
         if fn is not None:
             yield from self._overridden(fn, y, dy, targets, jvars)
+            return
+        declared = y.attrs.get("vjp") if not self.prefix else None
+        result = declared(y, input_tensors(y), dy) if declared is not None else None
+        if result is not None:
+            yield from self._overridden(lambda *_: result, y, dy, targets, jvars)
             return
         for x in targets:
             yield x, self._terms(y, dy, x, jvars[id(x)])

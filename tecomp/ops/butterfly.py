@@ -7,7 +7,9 @@ A Kronecker-sparse factor of pattern ``(a, b, c, d)`` is stored compactly as ``T
 :func:`dct` chains the fully real factors of :func:`real_butterfly` (see
 :mod:`tecomp.ops.butterfly_factors` for their construction), fused mostly in pairs by
 default (:mod:`tecomp.ops.butterfly_fuse`), each stage with its products written out and the input
-permutation as index arithmetic (:mod:`tecomp.ops.butterfly_gather`).
+permutation as index arithmetic (:mod:`tecomp.ops.butterfly_gather`).  Each stage declares its
+adjoint, the transposed factor (:mod:`tecomp.ops.butterfly_grad`): a gradient costs what the
+forward costs.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from ..errors import DeclarationError
 from ..tensor import Tensor
 from .butterfly_factors import check_chainable, real_butterfly
 from .butterfly_fuse import auto_grouping, best_grouping, fuse_chain
-from .butterfly_gather import bit_linear_split
+from .butterfly_gather import bit_affine_form, bit_linear_split
+from .butterfly_grad import declare_stage_rule, permuted_input, row_input, stage_input
 
 
 def _check_pattern(pattern: Sequence[int], who: str) -> tuple[int, int, int, int]:
@@ -53,11 +56,15 @@ def kron_sparse_matmul(T: Tensor, X: Tensor, pattern: Sequence[int],
             f"{(a, b, c, d)} needs a·c·d = {a * c * d}")
     k = tc.reduce_axis(c, name="k")
     bd, cd = b * d, c * d
-    return tc.compute(
+    Y = tc.compute(
         (a * b * d, X.shape[1]),
         lambda r, n: tc.sum(T[r // bd, (r // d) % b, k, r % d]
                             * X[(r // bd) * cd + k * d + r % d, n], axis=k),
         name=name, tag="kron_sparse")
+    declare_stage_rule(Y, T, X, (a, b, c, d), row_input((a, b, c, d)),
+                       lambda i, k_, l_, n: X[i * cd + k_ * d + l_, n],
+                       canonical_out=True, unroll=False)
+    return Y
 
 
 def _reader(S: Tensor, b: int, d: int):
@@ -79,21 +86,35 @@ def _terms(T: Tensor, c: int, unroll: bool, read_k, i, j, l_):
 
 
 def _input_reader(X: Tensor, perm, first: tuple[int, int, int, int], unroll: bool, name: str):
-    """``read(i, k, l, n) = X[perm[i·c·d + k·d + l], n]`` for the first factor applied."""
+    """``(read, layout, tables)`` for the first factor applied: ``read(i, k, l, n) =
+    X[perm[i·c·d + k·d + l], n]``, the layout of ``X``'s adjoint (None: no declared rule, the
+    generic adjoint of a table gather) and the int tensors ``read`` uses."""
     a, _, c, d = first
     if perm is None:
-        return lambda i, k, l_, n: X[i * (c * d) + k * d + l_, n]
-    if not isinstance(perm, Tensor):
-        table = np.asarray(perm, dtype=np.int64)
-        if table.shape != (a * c * d,) or table.min() < 0 or table.max() >= a * c * d:
-            raise DeclarationError(f"butterfly_chain {name}: perm must hold {a * c * d} "
-                                   f"entries in [0, {a * c * d}), got shape {table.shape}")
-        split = bit_linear_split(table, a, c) if unroll and d == 1 else None
-        if split is not None:  # index arithmetic, no table (butterfly_gather)
-            return lambda i, k, l_, n: split.read(X, i, k, n)
-        perm = tc.constant(table, name=f"{name}_perm")
-    P = perm
-    return lambda i, k, l_, n: X[P[i * (c * d) + k * d + l_], n]
+        return lambda i, k, l_, n: X[i * (c * d) + k * d + l_, n], row_input(first), ()
+    if isinstance(perm, Tensor):
+        P = perm
+        return lambda i, k, l_, n: X[P[i * (c * d) + k * d + l_], n], None, (P,)
+    table = np.asarray(perm, dtype=np.int64)
+    if table.shape != (a * c * d,) or table.min() < 0 or table.max() >= a * c * d:
+        raise DeclarationError(f"butterfly_chain {name}: perm must hold {a * c * d} "
+                               f"entries in [0, {a * c * d}), got shape {table.shape}")
+    try:
+        layout = permuted_input(first, table, name)
+    except ValueError as err:
+        raise DeclarationError(f"butterfly_chain {name}: perm {err}") from None
+    split = bit_linear_split(table, a, c) if unroll and d == 1 else None
+    form = bit_affine_form(table)
+    if split is not None and form is not None:  # index arithmetic, no table (butterfly_gather)
+        bits = (a * c).bit_length() - 1
+
+        def read(i, k, l_, n):  # a constant k (the unrolled terms) or any k (gradients)
+            if isinstance(k, int):
+                return split.read(X, i, k, n)
+            return X[form.field(i * c + k, 0, bits), n]
+        return read, layout, ()
+    P = tc.constant(table, name=f"{name}_perm")
+    return lambda i, k, l_, n: X[P[i * (c * d) + k * d + l_], n], layout, (P,)
 
 
 def _stage_reader(S: Tensor, b: int, d: int, c2: int, d2: int):
@@ -129,7 +150,12 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     columns, same factors and gather, took 0.61 ms unrolled against 0.78 ms, one thread.)
     The multiplies are
     the same; ``tc.cost`` counts one add fewer per output element (no add to a zero start).
-    Gradients work in both forms.
+
+    Gradients: every stage declares its adjoint (:mod:`tecomp.ops.butterfly_grad`), the
+    transposed factor with respect to its input and one product per entry with respect to its
+    factor, each as many multiply-adds as the stage; a constant ``perm`` is inverted exactly
+    (checked to be a bijection) and its inverse read as index arithmetic where it is bit-affine.
+    A ``perm`` tensor leaves the first stage to the generic adjoint (a scatter).
     """
     pats = [_check_pattern(p, f"butterfly_chain {name}") for p in patterns]
     if len(pats) != len(factors):
@@ -149,23 +175,32 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
         raise DeclarationError(f"butterfly_chain {name}: {X.name} must have shape "
                                f"({a * c * d}, batch) for the last factor {pats[-1]}")
     batch = X.shape[1]
-    read = _input_reader(X, perm, pats[-1], unroll, name)  # read(i, k, l, n)
+    read, layout, tables = _input_reader(X, perm, pats[-1], unroll, name)  # read(i, k, l, n)
+    src = X
     for level in range(len(pats) - 1, -1, -1):
         a, b, c, d = pats[level]
         T, bd = factors[level], b * d
         if level == 0:  # the result, in canonical row order
-            return tc.compute(
+            S = tc.compute(
                 (a * b * d, batch),
                 lambda r, n, T=T, read=read, b=b, c=c, d=d, bd=bd: _terms(
                     T, c, unroll, lambda k: read(r // bd, k, r % d, n),
                     r // bd, (r // d) % b, r % d),
                 name=name if len(pats) == 1 else f"{name}1", tag="kron_sparse")
-        S = tc.compute(
-            (a, d, b, batch),
-            lambda i, l_, j, n, T=T, read=read, c=c: _terms(
-                T, c, unroll, lambda k: read(i, k, l_, n), i, j, l_),
-            name=f"{name}{level + 1}", tag="kron_sparse")
+        else:
+            S = tc.compute(
+                (a, d, b, batch),
+                lambda i, l_, j, n, T=T, read=read, c=c: _terms(
+                    T, c, unroll, lambda k: read(i, k, l_, n), i, j, l_),
+                name=f"{name}{level + 1}", tag="kron_sparse")
+        if layout is not None:  # the transposed factor as its adjoint (butterfly_grad)
+            declare_stage_rule(S, T, src, pats[level], layout, read,
+                               canonical_out=level == 0, unroll=unroll, tables=tables)
+        if level == 0:
+            return S
         read = _stage_reader(S, b, d, pats[level - 1][2], pats[level - 1][3])
+        layout = stage_input(pats[level - 1], b, d, (a, d, b))
+        src, tables = S, ()
     raise AssertionError("unreachable")
 
 
