@@ -10,6 +10,7 @@ from cuda_emulator import EmulatedDevice, emulated_fixture
 import tecomp as tc
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
+from tecomp.passes.schedule.gpu import schedule_gpu
 from tests.passes.autodiff.scan_cases import CASES
 
 NAMES = ["cumsum", "cumprod_zeros", "fibonacci", "elman", "lstm", "reduce_gather"]
@@ -20,8 +21,9 @@ def _program(name):
     outs = [c.output, *tc.gradient(c.output, c.inputs)]
     ins = list(c.arrays)
     low = tc.lower(outs, ins, name=name)
-    return c, outs, ins, CudaKernel(low.func, inputs=ins, outputs=outs, hidden=low.constants,
-                                    check=False)
+    kernel = CudaKernel(schedule_gpu(low.func), inputs=ins, outputs=outs,
+                        hidden=low.constants, check=False)
+    return c, outs, ins, kernel
 
 
 PROGRAMS = {name: _program(name) for name in NAMES}
@@ -53,7 +55,8 @@ def test_threaded_steps_on_the_emulation():
     outs = [c.output, *tc.gradient(c.output, c.inputs)]
     ins = list(c.arrays)
     low = tc.lower(outs, ins, name="elman_wide")
-    kernel = CudaKernel(low.func, inputs=ins, outputs=outs, hidden=low.constants, check=False)
+    kernel = CudaKernel(schedule_gpu(low.func), inputs=ins, outputs=outs,
+                        hidden=low.constants, check=False)
     compile_emulated([kernel.source])
     got = kernel.launch([c.arrays[t] for t in ins], device=EmulatedDevice())
     for g, w in zip(got, tc.evaluate(outs, c.arrays)):
