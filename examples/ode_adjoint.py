@@ -55,6 +55,13 @@ def build(T: int, dt: float):
     return p, y0, target, loss, dp
 
 
+def program(T: int = 200, dt: float = 0.05) -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """The loss and its parameter gradient (outputs), and the inputs (``tecomp show`` reads
+    this function)."""
+    p, y0, target, loss, dp = build(T, dt)
+    return [loss, dp], [p, y0, target]
+
+
 def main() -> float:
     T, dt = 200, 0.05
     p, y0, target, loss, dp = build(T, dt)

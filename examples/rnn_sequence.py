@@ -16,7 +16,10 @@ import numpy as np
 import tecomp as tc
 
 
-def build(T: int, B: int, H: int, I: int):  # noqa: E741
+def program(T: int = 100, B: int = 16, H: int = 32, I: int = 4,  # noqa: E741
+            ) -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """The loss and its parameter gradients (outputs), and the inputs (``tecomp show``
+    reads this function)."""
     X = tc.placeholder((T, B, I), name="x")
     Y = tc.placeholder((T, B), name="y")
     W = tc.placeholder((H, H), name="W")
@@ -38,8 +41,11 @@ def build(T: int, B: int, H: int, I: int):  # noqa: E741
                       / float(T * B), name="loss")
     params = [W, U, b, V]
     grads = tc.gradient(loss, params)
-    kernel = tc.build([loss, *grads], [X, Y, *params])
-    return kernel
+    return [loss, *grads], [X, Y, *params]
+
+
+def build(T: int, B: int, H: int, I: int):  # noqa: E741
+    return tc.build(*program(T, B, H, I))
 
 
 def main(argv: list[str] | None = None) -> list[float]:

@@ -22,13 +22,19 @@ import tecomp as tc
 FEATURES, HIDDEN, CLASSES = 16, 32, 2
 
 
-def swish_dense_layer() -> tc.interop.TorchKernel:
+def program() -> tuple[list[tc.Tensor], list[tc.Tensor]]:
+    """The layer's tensor program, ``([Y], [X, W])`` (``tecomp show`` reads this function)."""
     n = tc.var("n")
     X = tc.placeholder((n, FEATURES), name="X")
     W = tc.placeholder((HIDDEN, FEATURES), name="W")
     Z = tc.ops.dense(X, W)
     Y = tc.compute(Z.shape, lambda i, j: Z[i, j] * tc.sigmoid(Z[i, j]), name="swish_dense")
-    return tc.interop.torch_function(Y, [X, W])
+    return [Y], [X, W]
+
+
+def swish_dense_layer() -> tc.interop.TorchKernel:
+    (Y,), inputs = program()
+    return tc.interop.torch_function(Y, inputs)
 
 
 class Model(torch.nn.Module):

@@ -58,7 +58,7 @@ def _outputs(outputs: Tensor | Sequence[Tensor]) -> list[Tensor]:
 
 
 def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
-          name: str | None = None, *, optimize: bool = True,
+          name: str | None = None, *, optimize: bool | None = None,
           target: str | None = None) -> Lowered:
     """The loop IR of ``outputs`` computed from ``inputs``: what the backends compile.
 
@@ -69,8 +69,9 @@ def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
 
     ``target=None`` gives the target-independent loop IR; ``target="llvm"`` or ``"cuda"``
     the loop IR that target compiles (bounds checks added, then its schedule).
-    ``optimize=False`` lowers the outputs as written (no zero elimination); outputs of
-    ``tc.gradient(..., optimize=False)`` are kept as written in any case.
+    ``optimize=False`` lowers the outputs as written (no zero elimination), ``True``
+    optimises every output; the default optimises all but the outputs of
+    ``tc.gradient(..., optimize=False)``, which stay as written (as ``tc.build`` compiles them).
 
     Example::
 
@@ -116,14 +117,17 @@ def default_inputs(outs: list[Tensor]) -> list[Any]:
 
 
 def cost(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any] | None = None,
-         sizes: Mapping[Any, int] | None = None, *, optimize: bool = True) -> Cost:
+         sizes: Mapping[Any, int] | None = None, *,
+         optimize: bool | None = None) -> Cost:
     """Static cost (flops, iterations, bytes) of the lowered program for ``outputs``.
 
     ``inputs=None`` takes every placeholder the outputs depend on (topological order) and
     every size variable no input shape determines.  Without ``sizes`` the counts are SymPy
     expressions in the size variables (see :mod:`tecomp.cost` for when that is possible).
-    ``optimize=False`` counts the program as written, without zero elimination (for
-    comparing a naive gradient with its optimised form).
+    ``optimize=False`` counts the program as written, without zero elimination;
+    ``optimize=True`` counts every output optimised, also those of
+    ``tc.gradient(..., optimize=False)`` (for comparing a naive gradient with its optimised
+    form); the default optimises all but those.
 
     Example::
 

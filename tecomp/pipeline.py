@@ -19,7 +19,9 @@ The order (after Halide's ``lower_impl``)::
 ``tc.jacobian``) records that choice (``tensor.attrs["as_written"]``): :func:`lower` and so
 ``tc.lower``, ``tc.cost`` and ``tc.build`` do not optimise it later; the other outputs of
 the same program are optimised as usual.  ``tc.cost(..., optimize=False)`` and
-``tc.lower(..., optimize=False)`` skip optimisation for every output.
+``tc.lower(..., optimize=False)`` skip optimisation for every output; ``optimize=True``
+optimises every output, those recorded as written too (to compare a naive gradient with
+its optimised form).
 
 Schedules and caches.  ``tc.build`` hands the bounds-checked program to the target with its
 schedule (:func:`target`); the target looks the program up in its caches first and schedules
@@ -72,10 +74,12 @@ def as_written(tensors: list[Tensor]) -> list[Tensor]:
     return tensors
 
 
-def prepare(outputs: Sequence[Tensor], *, optimize: bool = True) -> list[Tensor]:
-    """``outputs`` optimised, except those built with ``optimize=False`` (kept in place)."""
+def prepare(outputs: Sequence[Tensor], *, optimize: bool | None = None) -> list[Tensor]:
+    """``outputs`` optimised: with ``optimize=None`` all except those built with
+    ``optimize=False`` (kept in place), with ``True`` all of them, with ``False`` none."""
     outs = list(outputs)
-    todo = [n for n, t in enumerate(outs) if optimize and not t.attrs.get(AS_WRITTEN)]
+    todo = [n for n, t in enumerate(outs)
+            if optimize or (optimize is None and not t.attrs.get(AS_WRITTEN))]
     if todo:
         done = optimize_tensors([outs[n] for n in todo])
         for n, t in zip(todo, done):
@@ -85,7 +89,7 @@ def prepare(outputs: Sequence[Tensor], *, optimize: bool = True) -> list[Tensor]
 
 # ------------------------------------------------------------------ loop-IR passes
 def lower(outputs: Sequence[Tensor], inputs: Iterable[Any], *, name: str | None = None,
-          optimize: bool = True) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
+          optimize: bool | None = None) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
     """The target-independent loop IR of ``outputs`` and the data of its constant buffers."""
     from .passes.lower import lower_program
 

@@ -107,3 +107,13 @@ def test_targets_key_programs_the_same_way():
     assert cpu.schedule.version in cpu.version() and gpu.schedule.version in gpu.version()
     other = tc.lower(C, [A, B], name="other").func
     assert cpu.key(other) != cpu.key(func)
+
+
+def test_explicit_optimize_true_optimises_a_gradient_built_as_written():
+    A, B, C = _matmul()
+    raw = tc.gradient(C, [A, B], optimize=False)
+    sizes = {"n": 16}
+    naive = tc.cost(raw, sizes=sizes).flops
+    assert tc.cost(raw, sizes=sizes, optimize=True).flops < naive / 4
+    assert tc.cost(raw, sizes=sizes, optimize=True).flops == tc.cost(
+        tc.gradient(C, [A, B]), sizes=sizes).flops
