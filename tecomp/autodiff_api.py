@@ -53,6 +53,7 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     else:
         _check_head(head, output)
     _check_overrides(overrides)
+    check_forward_bounds(output)
     from .diagnostics import run_pass
     from .passes.autodiff import differentiate
 
@@ -68,6 +69,7 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
     """
     _check_output(output, "jacobian")
     (x,) = _check_inputs([input], output, "jacobian")
+    check_forward_bounds(output)
     from .passes.autodiff import differentiate
 
     (jac,) = differentiate(output, [x], _identity(output))
@@ -75,6 +77,24 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
 
 
 # --------------------------------------------------------------------------- helpers
+def check_forward_bounds(output: Tensor) -> None:
+    """Refuse to differentiate a program whose forward ``tc.build`` refuses: an affine read out
+    of range wherever it runs raises :class:`~tecomp.errors.LoweringError`, the same error
+    as the forward's build.  Without this the adjoint of such a read (a scatter written as a
+    Kronecker delta) would silently drop the out-of-range part.  A forward that cannot be
+    lowered for another reason is left to its own build to report."""
+    from .errors import TecompError
+    from .lowering_api import default_inputs, lower
+
+    try:
+        func = lower(output, default_inputs([output])).func
+    except TecompError:
+        return
+    from .codegen.proof_cache import bounds_checked
+
+    bounds_checked(func, check_bounds=False)
+
+
 def _optimized(tensors: list[Tensor]) -> list[Tensor]:
     try:
         mod = importlib.import_module("tecomp.passes.pipeline")

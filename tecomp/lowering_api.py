@@ -72,6 +72,11 @@ def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
     return Lowered(*run_pass("lower", lower_program, prepared, inputs, name=name))
 
 
+def default_inputs(outs: list[Tensor]) -> list[Any]:
+    """The inputs ``tc.cost`` assumes when none are given (see :func:`_default_inputs`)."""
+    return _default_inputs(outs)
+
+
 def _default_inputs(outs: list[Tensor]) -> list[Any]:
     """All placeholders the outputs depend on, then the sizes no input shape determines."""
     order = topo_order(outs)
