@@ -15,6 +15,7 @@ See ``DESIGN.md`` of the project for the full public contract.
 from . import interop, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
+from .config_api import config
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
 from .dot import to_dot
 from .dsl import (
@@ -51,6 +52,7 @@ from .dsl import (
 )
 from .errors import (
     ArgumentError,
+    CacheWarning,
     CompileError,
     DeclarationError,
     DifferentiationError,
@@ -75,6 +77,7 @@ __all__ = [
     "abs", "all", "any", "cast", "ceil", "compute", "const", "constant", "cos", "eq", "erf", "exp",
     "floor", "if_then_else", "log", "max", "maximum", "min", "minimum", "ne", "placeholder",
     "pow", "prod", "reduce_axis", "sigmoid", "sin", "sqrt", "sum", "tanh", "var",
+    "config", "CacheWarning",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "IndexBoundsError", "LoweringError", "TecompError", "evaluate",
     "Expr", "IterVar", "Var",

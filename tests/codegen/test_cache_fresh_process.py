@@ -1,6 +1,6 @@
 """The persistent cache across processes: a second, fresh process loads what the first compiled.
 
-Each build runs in a new Python process with its own cache directory (``XDG_CACHE_HOME``): the
+Each build runs in a new Python process with its own cache directory (``TECOMP_CACHE_DIR``): the
 first compiles and stores the kernel, the parallel-loop runtime and the bounds verdict; the
 second must take all of them from disk (LLVM made no target machine, islpy was not imported
 for a program proven in bounds) and give the evaluator's results, the same bits as the first.
@@ -70,7 +70,7 @@ CHILD = textwrap.dedent("""
 
 
 def _run(tmp_path, mode):
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env = dict(os.environ, TECOMP_CACHE_DIR=str(tmp_path / "cache" / "tecomp"))
     out = tmp_path / f"{mode}.npz"
     res = subprocess.run([sys.executable, "-c", CHILD, mode, str(out)], env=env,
                          capture_output=True, text=True, timeout=300)
