@@ -152,7 +152,7 @@ def test_unusable_directory_builds_without_cache_and_warns_once(tmp_path):
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             for scale in (2.0, 3.0):
-                B = tc.compute((5,), lambda i: A[i] * scale, name="B")
+                B = tc.compute((5,), lambda i, s=scale: A[i] * s, name="B")
                 np.testing.assert_array_equal(tc.build(B, [A])(np.ones(5, np.float32)),
                                               np.full(5, scale))
         assert len(_cache_warnings(record)) == 1
@@ -241,7 +241,7 @@ def test_config_sets_directory_switch_and_kernel_bound(tmp_path):
         assert tc.config.clear_cache() == info["entries"]
         tc.config.kernel_cache_size = 2
         for scale in (1.0, 2.0, 3.0, 4.0):
-            tc.build(tc.compute((2,), lambda i: A[i] * scale, name="cfg_C"), [A])
+            tc.build(tc.compute((2,), lambda i, s=scale: A[i] * s, name="cfg_C"), [A])
         assert len(KERNELS) <= 2
         for bad in (0, -1, 2.5, True):
             with pytest.raises(tc.TecompError):
