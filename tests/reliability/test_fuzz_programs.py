@@ -50,10 +50,36 @@ def check_jit(prog, seed):
                 assert not np.shares_memory(g, a), "an output aliases an input"
 
 
+def check_out_of_range(prog, seed):
+    """With one gather index out of range: the kernel raises ``IndexBoundsError`` exactly
+    when the evaluator raises (a read that is evaluated), else both give the same results."""
+    args = prog.arrays(seed, out_of_range=True)
+    try:
+        want = tc.evaluate(prog.outputs, prog.bindings(args))
+    except tc.EvaluationError:
+        want = None
+    kernel = tc.build(prog.outputs, prog.inputs)
+    try:
+        got = kernel(*args)
+    except tc.IndexBoundsError as err:
+        assert want is None, f"the kernel raised ({err}) where the evaluator did not:\n" \
+            f"{prog.text}"
+        return
+    assert want is not None, f"the evaluator raised where the kernel did not:\n{prog.text}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"output {k} of\n{prog.text}")
+
+
 @given(programs(), st.integers(0, 2**16))
 @settings(FAST, max_examples=12)
 def test_jit_matches_evaluator(prog, seed):
     check_jit(prog, seed)
+
+
+@given(programs(), st.integers(0, 2**16))
+@settings(FAST, max_examples=12)
+def test_out_of_range_gathers_agree(prog, seed):
+    check_out_of_range(prog, seed)
 
 
 @given(programs(), st.integers(0, 2**16))
