@@ -5,10 +5,11 @@ only whole, valid entries."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -16,40 +17,9 @@ import tecomp as tc
 from tecomp.codegen import disk_cache as dc
 from tecomp.codegen.cache import KERNELS
 
-WORKLOAD = textwrap.dedent("""
-    import numpy as np
-    import tecomp as tc
-
-    def programs(worker):
-        n = tc.var("n")
-        A = tc.placeholder((n, 6), name="A")
-        k = tc.reduce_axis(6, name="k")
-        shared = tc.compute((n,), lambda i: tc.sum(tc.exp(A[i, k]) * 0.5, axis=k), name="S")
-        own = tc.compute((n, 6), lambda i, j: A[i, j] * float(worker + 2), name="P")
-        (grad,) = tc.gradient(shared, [A])
-        return A, [(shared, lambda a: (np.exp(a) * 0.5).sum(1)),
-                   (own, lambda a: a * (worker + 2)),
-                   (grad, lambda a: np.exp(a) * 0.5)]
-
-    def work(worker, calls):
-        rng = np.random.default_rng(worker)
-        A, progs = programs(worker)
-        for out, want in progs:
-            kern = tc.build(out, [A])
-            for c in range(calls):
-                a = rng.standard_normal((3 + c % 4, 6)).astype(np.float32)
-                np.testing.assert_allclose(kern(a), want(a), rtol=2e-5, atol=1e-6)
-        return True
-""")
-
-exec(WORKLOAD)  # the same workload in this process's threads  # noqa: S102
-
-CHILD = WORKLOAD + textwrap.dedent("""
-    import sys
-    from tecomp.codegen.disk_cache import default_cache
-    work(int(sys.argv[1]), 20)
-    print("ok", default_cache().directory)
-""")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from concurrent_work import work  # noqa: E402
 
 
 def test_eight_threads_build_and_call_same_and_different_kernels(tmp_path):
@@ -59,15 +29,8 @@ def test_eight_threads_build_and_call_same_and_different_kernels(tmp_path):
         for _ in range(2):
             KERNELS.clear()
             start = threading.Barrier(8)
-
-            def run(worker: int) -> None:
-                try:
-                    start.wait()
-                    work(worker % 3, 25)  # noqa: F821 - defined by exec(WORKLOAD)
-                except BaseException as err:  # noqa: BLE001 - reported below
-                    errors.append(err)
-
-            threads = [threading.Thread(target=run, args=(w,)) for w in range(8)]
+            threads = [threading.Thread(target=_worker, args=(w, start, errors))
+                       for w in range(8)]
             for t in threads:
                 t.start()
             for t in threads:
@@ -78,12 +41,19 @@ def test_eight_threads_build_and_call_same_and_different_kernels(tmp_path):
     _all_entries_valid(tmp_path)
 
 
-def test_four_processes_share_one_cache_directory(tmp_path):
-    import os
+def _worker(w: int, start: threading.Barrier, errors: list[BaseException]) -> None:
+    try:
+        start.wait()
+        work(w % 3, 25)
+    except BaseException as err:  # noqa: BLE001 - reported by the test
+        errors.append(err)
 
+
+def test_four_processes_share_one_cache_directory(tmp_path):
     env = dict(os.environ, TECOMP_CACHE_DIR=str(tmp_path))
     for _ in range(2):
-        procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(w % 2)], env=env,
+        procs = [subprocess.Popen([sys.executable, str(HERE / "concurrent_work.py"), str(w % 2)],
+                                  env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for w in range(4)]
         outs = [p.communicate(timeout=240) for p in procs]
