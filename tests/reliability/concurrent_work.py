@@ -39,5 +39,5 @@ def work(worker: int, calls: int) -> None:
 if __name__ == "__main__":
     from tecomp.codegen.disk_cache import default_cache
 
-    work(int(sys.argv[1]), 20)
+    work(int(sys.argv[1]), 8)
     print("ok", default_cache().directory)

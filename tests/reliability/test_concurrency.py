@@ -44,7 +44,7 @@ def test_eight_threads_build_and_call_same_and_different_kernels(tmp_path):
 def _worker(w: int, start: threading.Barrier, errors: list[BaseException]) -> None:
     try:
         start.wait()
-        work(w % 3, 25)
+        work(w % 3, 12)
     except BaseException as err:  # noqa: BLE001 - reported by the test
         errors.append(err)
 
