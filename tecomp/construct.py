@@ -282,7 +282,9 @@ def reject_python_bool(x: Any, where: str) -> None:
     ``a == b`` on expressions is Python's structural equality and gives a bool; letting it
     through would fold the condition to a constant without a word (``tc.eq`` is the
     comparison).  ``tc.const(True)`` is the way to write a constant condition."""
-    if isinstance(x, bool) or (type(x).__name__ == "bool_" and getattr(x, "ndim", 1) == 0):
+    numpy_bool = getattr(getattr(x, "dtype", None), "kind", "") == "b" and \
+        getattr(x, "ndim", 1) == 0
+    if isinstance(x, bool) or numpy_bool:
         raise DeclarationError(
             f"{where}: the condition is the Python value {bool(x)}, not an expression; "
             "'==' and '!=' on expressions compare their structure, use tc.eq(a, b) / "

@@ -33,7 +33,8 @@ def test_output_axis_as_reduction_axis_is_refused():
     lambda i: tc.if_then_else((i == 1) | (i >= 2), X[i], 0.0),
     lambda i: tc.sum(A[i, tc.reduce_axis(3, "k")], axis=tc.reduce_axis(3, "k"),
                      where=i == 1),
-], ids=["all", "any", "if_then_else", "and", "or", "where"])
+    lambda i: tc.if_then_else(np.bool_(True), X[i], 0.0),
+], ids=["all", "any", "if_then_else", "and", "or", "where", "numpy"])
 def test_python_bool_condition_is_refused(make):
     with pytest.raises(tc.DeclarationError, match=r"compute 'Y'.*the condition is the Python "
                        r"value (True|False).*tc\.eq"):
