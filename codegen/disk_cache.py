@@ -125,6 +125,7 @@ class DiskCache:
                 p.unlink()
             except OSError:
                 pass
+        if entry is None and not stale(raw):
             self._warn("corrupt", f"the entry {p.name} was corrupt (checksum, key or format); "
                        "it was removed and is rebuilt")
         self._count(hit=entry is not None)
@@ -242,6 +243,11 @@ def encode(entry: Mapping[str, bytes | str], key: str) -> bytes:
     body = zlib.compress(b"".join(parts), 1)
     k = key.encode()
     return MAGIC + struct.pack("<H", len(k)) + k + _digest(k, body) + body
+
+
+def stale(raw: bytes) -> bool:
+    """Whether ``raw`` is an entry of an earlier format (replaced without a warning)."""
+    return raw[:len(MAGIC) - 1] == MAGIC[:-1] and raw[:len(MAGIC)] != MAGIC
 
 
 def _digest(key: bytes, body: bytes) -> bytes:

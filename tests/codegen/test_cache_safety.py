@@ -126,6 +126,16 @@ def test_entry_under_another_key_is_refused(tmp_path):
     assert c.get(KEY) == ENTRY
 
 
+def test_entry_of_an_earlier_format_is_replaced_quietly(tmp_path):
+    c = dc.DiskCache(tmp_path)
+    assert c.put(KEY, ENTRY)
+    c.path(KEY).write_bytes(b"TECOMPK1" + b"\0" * 64)  # the format before keys were stored
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert c.get(KEY) is None
+    assert not _cache_warnings(record) and not c.path(KEY).exists()
+
+
 @pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
 def test_read_only_or_full_disk_degrades_with_one_warning(tmp_path, monkeypatch, code):
     c = dc.DiskCache(tmp_path)
