@@ -22,9 +22,10 @@ from typing import Any, Iterable, Mapping
 
 from . import dtypes
 from . import expr as E
+from .loopir import BufferLoad, Store
 
-# nodes that make a divisor data- or loop-dependent (BufferLoad is the loop IR's read)
-_DATA_NODES = ("TensorRead", "BufferLoad", "Reduce")
+# nodes that make a divisor data-dependent (BufferLoad is the loop IR's read)
+_DATA_NODES = (E.TensorRead, BufferLoad, E.Reduce)
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,7 @@ def size_divisors(roots: Iterable[Any], sizes: Iterable[E.Var]) -> list[SizeDivi
             continue
         seen.add(id(node))
         keep.append(node)
-        kind = type(node).__name__
-        if kind in ("TensorRead", "BufferLoad", "Store"):
+        if isinstance(node, (E.TensorRead, BufferLoad, Store)):
             site = node
         if isinstance(node, (E.FloorDiv, E.Mod)) and dtypes.is_int(node.dtype) and \
                 not isinstance(node.b, E.Const) and _sizes_only(node.b, known):
@@ -74,7 +74,7 @@ def _sizes_only(e: Any, known: set[E.Var]) -> bool:
             continue
         if not is_dataclass(x):
             continue
-        if type(x).__name__ in _DATA_NODES:
+        if isinstance(x, _DATA_NODES):
             return False
         if isinstance(x, E.Var):
             if x not in known:
