@@ -263,20 +263,23 @@ def test_config_sets_directory_switch_and_kernel_bound(tmp_path):
         dc.set_default_cache(old)
 
 
-def test_cli_cache_info_and_clear(tmp_path):
-    env = dict(os.environ, TECOMP_CACHE_DIR=str(tmp_path / "cli"))
+def test_cli_cache_info_and_clear(tmp_path, capsys):
+    from tecomp.cli import main
+
     c = dc.DiskCache(tmp_path / "cli")
     assert c.put(KEY, ENTRY) and c.put(OTHER, ENTRY)
+    old = dc.set_default_cache(c)
 
     def cli(*args: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "tecomp.cli", "cache", *args], env=env,
-                             capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, res.stderr
-        return res.stdout
+        assert main(["cache", *args]) == 0
+        return capsys.readouterr().out
 
-    out = cli("info")
-    assert str(tmp_path / "cli") in out and "usable" in out and "entries:   2" in out
-    assert "removed 2 file(s)" in cli("clear")
-    assert "entries:   0" in cli("info")
-    env["TECOMP_CACHE"] = "0"
-    assert "off" in cli("info")
+    try:
+        out = cli("info")
+        assert str(tmp_path / "cli") in out and "usable" in out and "entries:   2" in out
+        assert "removed 2 file(s)" in cli("clear")
+        assert "entries:   0" in cli("info")
+        dc.set_default_cache(None)  # as TECOMP_CACHE=0
+        assert "off" in cli("info")
+    finally:
+        dc.set_default_cache(old)
