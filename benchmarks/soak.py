@@ -1,7 +1,8 @@
 """Soak test: many random programs through the compiler, failures counted and reported.
 
     python benchmarks/soak.py --programs 10000 --gradients 1000 [--seed 0] [--opt-level 1]
-    python benchmarks/soak.py --kernels 1000     # memory while compiling distinct kernels
+    python benchmarks/soak.py --kernels 10000 --calls 1000000   # memory: builds, then calls
+    python benchmarks/soak.py --kernels 1000 --cache-size 64    # the same, smaller bound
     python benchmarks/soak.py --bounds-cost      # build-time cost of the static bounds proofs
 
 Draws programs from the hypothesis strategies of the reliability tests
@@ -38,6 +39,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "reliability"))
 
 import numpy as np  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import tecomp as tc  # noqa: E402
@@ -78,24 +80,61 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def compile_memory(count: int) -> int:
-    """Build ``count`` distinct kernels through ``tc.build``; print the RSS as it goes."""
-    from tecomp.codegen.cache import KERNELS
+def compile_memory(count: int, calls: int = 0) -> int:
+    """Build ``count`` distinct kernels through ``tc.build``, then make ``calls`` kernel calls
+    (a few kernels, several shapes); print the RSS as it goes and its growth after warm-up.
 
+    The persistent cache goes to a temporary directory (removed at the end), so that the run
+    neither reads the user's cache nor fills it with ``count`` throw-away entries."""
+    import tempfile
+
+    from tecomp.codegen.cache import KERNELS
+    from tecomp.codegen.disk_cache import set_default_cache
+    from tecomp.codegen.proof_cache import PROVEN
+
+    tmp = tempfile.TemporaryDirectory(prefix="tecomp-soak-")
+    old = set_default_cache(tmp.name)
     n = tc.var("n")
     A = tc.placeholder((n, 16), name="A")
     k = tc.reduce_axis(16, name="k")
     a = np.ones((8, 16), np.float32)
     start = _rss_mb()
     t0 = time.perf_counter()
-    for c in range(count):
-        S = tc.compute((n,), lambda i, c=c: tc.sum(tc.sin(A[i, k] * (1.0 + c * 1e-3)), axis=k),
-                       name="S")
-        tc.build(S, [A])(a)
-        if (c + 1) % max(1, count // 10) == 0:
-            print(f"  {c + 1:5d} kernels: RSS {_rss_mb():7.1f} MiB "
-                  f"(+{_rss_mb() - start:.1f}), cache holds {len(KERNELS)} "
-                  f"(max {KERNELS.maxsize}), {time.perf_counter() - t0:.0f} s")
+    marks: list[float] = []
+
+    def report(what: str, done: int, total: int) -> None:
+        rss = _rss_mb()
+        marks.append(rss)
+        print(f"  {done:8d} {what}: RSS {rss:7.1f} MiB (+{rss - start:.1f}), kernels cached "
+              f"{len(KERNELS)} (max {KERNELS.maxsize}), proofs {len(PROVEN)} "
+              f"(max {PROVEN.maxsize}), {time.perf_counter() - t0:.0f} s", flush=True)
+
+    try:
+        for c in range(count):
+            S = tc.compute((n,), lambda i, c=c: tc.sum(tc.sin(A[i, k] * (1.0 + c * 1e-3)),
+                                                       axis=k), name="S")
+            tc.build(S, [A])(a)
+            if (c + 1) % max(1, count // 10) == 0:
+                report("kernels", c + 1, count)
+        if count:
+            warm = marks[min(len(marks) - 1, 2)]
+            print(f"  build growth after warm-up (30% mark to end): {marks[-1] - warm:+.1f} MiB")
+        if calls:
+            marks.clear()
+            kernels = []
+            for scale in (1.0, 2.0, 3.0, 4.0):
+                S = tc.compute((n,), lambda i, s=scale: tc.sum(A[i, k] * s, axis=k), name="C")
+                kernels.append(tc.build(S, [A]))
+            arrays = [np.ones((m, 16), np.float32) for m in (1, 7, 64, 300)]
+            for c in range(calls):
+                kernels[c % 4](arrays[(c // 4) % 4])
+                if (c + 1) % max(1, calls // 10) == 0:
+                    report("calls", c + 1, calls)
+            warm = marks[min(len(marks) - 1, 2)]
+            print(f"  call growth after warm-up (30% mark to end): {marks[-1] - warm:+.1f} MiB")
+    finally:
+        set_default_cache(old)
+        tmp.cleanup()
     return 0
 
 
@@ -127,20 +166,31 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opt-level", type=int, default=1)
     ap.add_argument("--o3-every", type=int, default=25)
+    ap.add_argument("--oob-every", type=int, default=4,
+                    help="every n-th program with a gather is also run with an index out of "
+                         "range (tc.build, O3)")
     ap.add_argument("--kernels", type=int, default=0,
                     help="only compile this many distinct kernels (tc.build, O3) and report "
                          "the resident set size")
+    ap.add_argument("--cache-size", type=int, default=0,
+                    help="with --kernels: tc.config.kernel_cache_size for the run (default "
+                         "256)")
+    ap.add_argument("--calls", type=int, default=0,
+                    help="with --kernels (or alone): then call kernels this many times and "
+                         "report the resident set size")
     ap.add_argument("--bounds-cost", action="store_true",
                     help="only time the static bounds proofs on conv2d gradients")
     args = ap.parse_args()
     if args.bounds_cost:
         return bounds_cost()
-    if args.kernels:
-        return compile_memory(args.kernels)
+    if args.kernels or args.calls:
+        if args.cache_size:
+            tc.config.kernel_cache_size = args.cache_size
+        return compile_memory(args.kernels, args.calls)
     warnings.simplefilter("ignore")
     from gradcheck import check_gradient
     from strategies import programs
-    from test_fuzz_programs import assert_same, check_jit
+    from test_fuzz_programs import assert_same, check_jit, check_out_of_range
 
     tally = Tally()
     seen = {"n": 0}
@@ -167,13 +217,21 @@ def main() -> int:
         for k, (g, w) in enumerate(zip(tc.evaluate(tc.optimize(prog.outputs), b), want)):
             assert_same(g, w, f"optimized output {k}")
 
+    @hypothesis_seed(args.seed)
     @given(programs(), st.integers(0, 2**31))
     @settings(quiet, max_examples=args.programs)
     def forward(prog, seed):
         seen["n"] += 1
         tally.run("jit == evaluator", prog, lambda: jit_check(prog, seed))
         tally.run("optimize preserves", prog, lambda: opt_check(prog, seed))
+        if prog.index_high and seen["n"] % args.oob_every == 0:
+            def oob() -> None:
+                if check_out_of_range(prog, seed) == "inlined":
+                    tally.counts["  of which inlined (known gap)"] = \
+                        tally.counts.get("  of which inlined (known gap)", 0) + 1
+            tally.run("out-of-range gathers agree", prog, oob)
 
+    @hypothesis_seed(args.seed + 1)
     @given(programs(smooth=True, dtype="float64"), st.integers(0, 2**31))
     @settings(quiet, max_examples=args.gradients)
     def gradients(prog, seed):
@@ -204,7 +262,7 @@ def main() -> int:
     if args.gradients:
         gradients()
     t2 = time.perf_counter()
-    print(f"soak: forward {t1 - t0:.0f} s, gradients {t2 - t1:.0f} s "
+    print(f"soak (seed {args.seed}): forward {t1 - t0:.0f} s, gradients {t2 - t1:.0f} s "
           f"(opt level {args.opt_level}, O3 via tc.build every {args.o3_every})")
     for check, n in tally.counts.items():
         print(f"  {check:32s} {n:6d} run, {tally.failed.get(check, 0):4d} failed")

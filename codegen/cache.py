@@ -115,6 +115,15 @@ class CompileCache(Generic[V]):
             self._data.clear()
             self.hits = self.misses = 0
 
+    def resize(self, maxsize: int) -> None:
+        """Keep at most ``maxsize`` entries from now on (the least recently used go now)."""
+        if maxsize < 1:
+            raise ValueError("maxsize must be at least 1")
+        with self._lock:
+            self.maxsize = maxsize
+            while len(self._data) > maxsize:
+                self._data.popitem(last=False)
+
     def get_or_compile(self, key: str, compile: Callable[[], V]) -> V:
         """The cached value of ``key``, or ``compile()``'s result (then cached)."""
         with self._lock:
@@ -154,6 +163,8 @@ class CompileCache(Generic[V]):
         return value
 
 
-# The process-wide cache tc.build uses.  It only ever holds compiled code for programs that
-# were built; ``clear()`` empties it.
-KERNELS: CompileCache[Any] = CompileCache(256)
+# The process-wide cache tc.build uses: compiled code of the last DEFAULT_KERNELS programs
+# built (least recently used evicted; ``tc.config.kernel_cache_size`` changes the bound, and
+# evicted code is freed once no Kernel object refers to it).  ``clear()`` empties it.
+DEFAULT_KERNELS = 256
+KERNELS: CompileCache[Any] = CompileCache(DEFAULT_KERNELS)

@@ -36,6 +36,7 @@ import numpy as np
 from .. import dtypes
 from .. import expr as E
 from ..cost import count_iterations
+from ..divisors import size_divisors, zero_divisor
 from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..stmt_functor import eval_int
@@ -90,6 +91,8 @@ class Kernel:
         self._args: list[_BufArg | _VarArg] = []
         self._bufs: list[tuple[_BufArg, int]] = []  # (spec, argument position)
         self._hidden: list[np.ndarray] = []
+        # integer divisions by sizes: a zero divisor raises before a call allocates anything
+        self._divisions = size_divisors([func], func.params)
         self._map_inputs(func, inputs, hidden or {})
         self._map_outputs(func, outputs)
         self.inputs = tuple(inputs) if inputs is not None else tuple(
@@ -276,12 +279,17 @@ class Kernel:
                     f"kernel {self.name!r}: the size {p.name!r} is not determined by the "
                     "arguments' shapes; pass it as a tc.var input")
             params.append(sizes[p])
+        if self._divisions:
+            bad = zero_divisor(self._divisions, sizes)
+            if bad is not None:
+                raise ArgumentError(f"kernel {self.name!r}: {bad}; nothing was run")
+        if self._bounds is not None:
+            self._bounds.check_sizes(sizes, self.name)  # affine accesses the sizes break
         outs = self._outputs(out, sizes, ins + [x for x in arrays if isinstance(x, np.ndarray)])
         ptrs = [a.ctypes.data for a in ins] + [a.ctypes.data for a in self._hidden] + \
             [o.ctypes.data for o in outs]
         record = self._bounds.new_record() if self._bounds is not None else None
         if record is not None:
-            self._bounds.check_sizes(sizes, self.name)  # affine accesses the sizes break
             ptrs.append(record.ctypes.data)
         if self._pooled:
             ptrs += self._temporaries(sizes)
@@ -376,7 +384,13 @@ class Kernel:
                  ins: list[np.ndarray]) -> list[np.ndarray]:
         shapes = self._output_shapes(sizes)
         if out is None:
-            return [empty_result(s, o.np_dtype) for o, s in zip(self._outs, shapes)]
+            try:
+                return [empty_result(s, o.np_dtype) for o, s in zip(self._outs, shapes)]
+            except (MemoryError, ValueError):
+                desc = ", ".join(f"{o.label} {s}" for o, s in zip(self._outs, shapes))
+                raise ArgumentError(
+                    f"kernel {self.name!r}: cannot allocate the results ({desc}) for the given "
+                    "sizes") from None
         given = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(given) != len(self._outs):
             raise ArgumentError(

@@ -17,6 +17,7 @@ function) has an example.
 from . import dsl, interop, logs, ops
 from .autodiff_api import gradient, jacobian
 from .build_api import build
+from .config_api import config
 from .diagnostics import Explanation, PerformanceWarning, explain, pass_log
 from .dot import to_dot
 from .dsl import (
@@ -41,6 +42,7 @@ from .dsl import (
 )
 from .errors import (
     ArgumentError,
+    CacheWarning,
     CompileError,
     DeclarationError,
     DifferentiationError,
@@ -71,6 +73,7 @@ __all__ = [
     "optimize",
     "all", "any", "cast", "compute", "const", "constant", "eq", "if_then_else", "max",
     "maximum", "min", "minimum", "ne", "placeholder", "prod", "reduce_axis", "sum", "var",
+    "config", "CacheWarning",
     "ArgumentError", "CompileError", "DeclarationError", "DifferentiationError",
     "EvaluationError", "IndexBoundsError", "LoweringError", "TecompError", "evaluate",
     "Expr", "IterVar", "Var",

@@ -64,6 +64,7 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     else:
         _check_head(head, output)
     _check_overrides(overrides)
+    check_forward_bounds(output)
     from .pipeline import differentiate
 
     return differentiate(output, ins, head, overrides=overrides, optimize=optimize)
@@ -88,6 +89,7 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
     """
     _check_output(output, "jacobian")
     (x,) = _check_inputs([input], output, "jacobian")
+    check_forward_bounds(output)
     from .pipeline import differentiate
 
     (jac,) = differentiate(output, [x], _identity(output), optimize=optimize)
@@ -95,6 +97,26 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
 
 
 # --------------------------------------------------------------------------- helpers
+def check_forward_bounds(output: Tensor) -> None:
+    """Refuse to differentiate a program whose forward ``tc.build`` refuses: an affine read out
+    of range wherever it runs raises :class:`~tecomp.errors.LoweringError`, the same error
+    as the forward's build.  Without this the adjoint of such a read (a scatter written as a
+    Kronecker delta) would silently drop the out-of-range part.  A forward that cannot be
+    lowered for another reason is left to its own build to report."""
+    from .diagnostics import pass_log
+    from .errors import TecompError
+    from .lowering_api import default_inputs, lower
+    from .proof_cache import bounds_checked
+
+    with pass_log(costs=False):  # the forward's passes stay out of the caller's pass log
+        try:
+            func = lower(output, default_inputs([output])).func
+        except TecompError:
+            return
+        bounds_checked(func, check_bounds=False)
+
+
+
 def _check_output(output: Any, who: str) -> None:
     if not isinstance(output, Tensor):
         raise DifferentiationError(f"tc.{who}: the output {output!r} is not a tensor")

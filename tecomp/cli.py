@@ -5,6 +5,7 @@
     tecomp show FILE.py       print the tensor expressions a file defines
     tecomp lower FILE.py      print their loop IR and static cost
     tecomp bench [ARGS...]    run the CPU benchmark suite (benchmarks/bench_cpu.py)
+    tecomp cache info|clear   show or empty the persistent kernel cache
 
 ``tecomp COMMAND --help`` describes each command's options.
 
@@ -228,6 +229,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------ main
+def cmd_cache(args: argparse.Namespace) -> int:
+    """``tecomp cache info`` / ``tecomp cache clear`` (the directory of ``tc.config``)."""
+    info = tc.config.cache_info()
+    if args.action == "clear":
+        removed = tc.config.clear_cache()
+        where = info["directory"] or "(the persistent cache is off)"
+        print(f"removed {removed} file(s) from {where}")
+        return 0
+    if info["directory"] is None:
+        print("persistent cache: off (TECOMP_CACHE=0 or tc.config.cache = False)")
+        return 0
+    print(f"directory: {info['directory']}")
+    print(f"status:    {info['status']}")
+    print(f"entries:   {info['entries']} ({info['bytes'] / 2**20:.1f} MiB)")
+    print(f"in memory: up to {tc.config.kernel_cache_size} kernels")
+    return 0
+
+
 def _program_parser(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_, description=help_ + ". " + (
         "FILE.py defines program() returning (outputs, inputs), or OUTPUTS [and INPUTS], or "
@@ -273,6 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "further arguments, --help included, go to it: `tecomp bench --help` "
                        "lists the benchmark's options.")
     b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+    c = sub.add_parser("cache", help="show or empty the persistent kernel cache",
+                       description="The persistent cache (TECOMP_CACHE_DIR, default "
+                       "~/.cache/tecomp): 'info' prints its directory, status and size, "
+                       "'clear' removes its entries.")
+    c.add_argument("action", choices=["info", "clear"], help="what to do")
     return parser
 
 
@@ -295,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_show(args)
         if args.command == "lower":
             return cmd_lower(args)
+        if args.command == "cache":
+            return cmd_cache(args)
         return cmd_bench(args)
     except tc.TecompError as err:
         print(f"\nerror: {err}", file=sys.stderr)

@@ -180,9 +180,18 @@ def div(a: ExprLike, b: ExprLike) -> Expr:
     return Div(a, b, dt)
 
 
+def _check_divisor(a: Expr, b: Expr, op: str, dt: str) -> None:
+    """An integer division by the constant 0 is an error where it is written (the backends
+    would otherwise have to invent a value; docs/robustness.md)."""
+    zero = isinstance(b, Zero) or (isinstance(b, Const) and b.value == 0)
+    if zero and dtypes.is_int(dt):
+        raise DeclarationError(f"integer division by zero in ({a}) {op} ({b})")
+
+
 def floordiv(a: ExprLike, b: ExprLike) -> Expr:
     a, b = _pair(a, b)
     dt = _arith_dtype(a, b, "//")
+    _check_divisor(a, b, "//", dt)
     if isinstance(a, Const) and isinstance(b, Const) and b.value != 0:
         return _const(a.value // b.value, dt)
     if _is_one(b) and a.dtype == dt:
@@ -193,6 +202,7 @@ def floordiv(a: ExprLike, b: ExprLike) -> Expr:
 def mod(a: ExprLike, b: ExprLike) -> Expr:
     a, b = _pair(a, b)
     dt = _arith_dtype(a, b, "%")
+    _check_divisor(a, b, "%", dt)
     if isinstance(a, Const) and isinstance(b, Const) and b.value != 0:
         return _const(a.value % b.value, dt)
     if _is_one(b) and dtypes.is_int(dt):
@@ -254,6 +264,21 @@ def _check_bool(e: Expr, op: str) -> None:
     if not dtypes.is_bool(e.dtype):
         raise DeclarationError(
             f"'{op}' needs boolean operands, got {e.dtype} in {e}; compare first (e.g. x > 0)")
+
+
+def reject_python_bool(x: Any, where: str) -> None:
+    """Raise when a condition is a Python (or NumPy) bool rather than an expression.
+
+    ``a == b`` on expressions is Python's structural equality and gives a bool; letting it
+    through would fold the condition to a constant without a word (``tc.eq`` is the
+    comparison).  ``tc.const(True)`` is the way to write a constant condition."""
+    numpy_bool = getattr(getattr(x, "dtype", None), "kind", "") == "b" and \
+        getattr(x, "ndim", 1) == 0
+    if isinstance(x, bool) or numpy_bool:
+        raise DeclarationError(
+            f"{where}: the condition is the Python value {bool(x)}, not an expression; "
+            "'==' and '!=' on expressions compare their structure, use tc.eq(a, b) / "
+            "tc.ne(a, b) (or tc.const(True) for a constant condition)")
 
 
 def logical_and(a: ExprLike, b: ExprLike) -> Expr:

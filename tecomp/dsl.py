@@ -195,7 +195,12 @@ def compute(shape: Any, fcompute: Callable[..., ExprLike], name: str | None = No
             n = n + "_"
         taken.add(n)
         axes.append(E.IterVar(E.Var(n, "int64"), E.Const(0, "int64"), ext, "data"))
-    body = fcompute(*axes)
+    try:
+        body = fcompute(*axes)
+    except DeclarationError as err:  # name the tensor being declared (once)
+        if str(err).startswith(who):
+            raise
+        raise type(err)(f"{who}: {err}") from None
     try:
         body = E.as_expr(body)
     except DeclarationError:
@@ -238,6 +243,11 @@ def _axes(axis: Any, who: str) -> tuple[E.IterVar, ...]:
     for a in axes:
         if not isinstance(a, E.IterVar):
             raise DeclarationError(f"{who}: {a!r} is not an axis made by tc.reduce_axis")
+        if a.kind != "reduce":
+            # summing over an output axis would give every output the total (a wrong answer)
+            raise DeclarationError(
+                f"{who}: {a.var.name!r} is an axis of the tensor being computed, not a "
+                "reduction axis; make one with tc.reduce_axis")
     names = [a.var.name for a in axes]
     if len(set(names)) != len(names):
         raise DeclarationError(f"{who}: the axis names {names} repeat")
@@ -251,6 +261,7 @@ def _reduce(combiner: str, value: ExprLike, axis: Any, where: ExprLike | None) -
         raise DeclarationError(f"{who} of the boolean {value}; cast it first")
     w = None
     if where is not None:
+        E.reject_python_bool(where, f"{who}, where=")
         w = E.as_expr(where)
         if not dtypes.is_bool(w.dtype):
             raise DeclarationError(f"{who}: where={w} is not a boolean condition")
@@ -370,6 +381,7 @@ def if_then_else(cond: ExprLike, a: ExprLike, b: ExprLike) -> E.Expr:
         >>> tc.evaluate(R, {X: np.array([-1, 2, -3, 4], np.float32)})[0]
         array([0., 2., 0., 4.], dtype=float32)
     """
+    E.reject_python_bool(cond, "tc.if_then_else")
     return E.select(cond, a, b)
 
 
@@ -427,7 +439,8 @@ def all(*conds: ExprLike) -> E.Expr:  # noqa: A001
     """
     conds = _flatten(conds)
     out: E.Expr = E.Const(True, "bool")
-    for c in conds:
+    for n, c in enumerate(conds):
+        E.reject_python_bool(c, f"tc.all, condition {n}")
         out = E.logical_and(out, c)
     return out
 
@@ -445,7 +458,8 @@ def any(*conds: ExprLike) -> E.Expr:  # noqa: A001
     """
     conds = _flatten(conds)
     out: E.Expr = E.Const(False, "bool")
-    for c in conds:
+    for n, c in enumerate(conds):
+        E.reject_python_bool(c, f"tc.any, condition {n}")
         out = E.logical_or(out, c)
     return out
 

@@ -38,3 +38,8 @@ class EvaluationError(TecompError):
 
 class IndexBoundsError(ArgumentError):
     """A kernel read or wrote a tensor at a data-dependent index outside its shape."""
+
+
+class CacheWarning(UserWarning):
+    """The persistent cache could not be used as asked (untrusted or unwritable directory, a
+    corrupt entry); tecomp carries on without it.  Given once per cache and cause."""

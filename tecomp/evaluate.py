@@ -7,7 +7,8 @@ whole stage is a handful of array operations.  Semantics are exact:
 * ``if_then_else`` evaluates each arm only where it is selected: every sub-expression carries a
   mask of the points where its value matters, and a tensor read out of bounds at a point that
   matters raises :class:`~tecomp.errors.EvaluationError` (points that do not matter are clipped).
-* ``//`` and ``%`` follow Python (floor) semantics; casts from float to int truncate toward zero.
+* ``//`` and ``%`` follow Python (floor) semantics (division by zero: :mod:`tecomp.divisors`);
+  casts from float to int truncate toward zero.
 * Reduction axes may have bounds that depend on outer variables (as zero elimination produces);
   empty reductions give 0 (sum), 1 (prod), -inf / the integer minimum (max), +inf / maximum
   (min).
@@ -23,6 +24,7 @@ import numpy as np
 
 from . import dtypes
 from . import expr as E
+from .divisors import size_divisors, zero_divisor
 from .errors import EvaluationError
 from .functor import topo_order
 from .intrinsics import lookup
@@ -31,7 +33,9 @@ from .tensor import ComputeOp, ScatterOp, Tensor
 
 _CHUNK_ELEMS = 1 << 22
 
-# integer // and % by zero give 0 here (the divisor is replaced by 1), as in the backends
+# an integer // or % whose divisor is computed from indices or data and is 0 behaves as if the
+# divisor were 1 (x // 0 == x, x % 0 == 0), as in the backends; a divisor of sizes only that
+# is 0 raises before evaluation (tecomp.divisors)
 _NP_BINARY = {
     E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: np.true_divide,
     E.FloorDiv: np.floor_divide, E.Mod: np.mod, E.Min: np.minimum, E.Max: np.maximum,
@@ -296,6 +300,9 @@ def evaluate(outputs: Tensor | Sequence[Tensor],
         else:
             raise EvaluationError(f"binding key {k!r} is neither a placeholder nor a tc.var")
     _bind_sizes(bindings, sizes)
+    bad = zero_divisor(size_divisors(outs, sizes), sizes)
+    if bad is not None:
+        raise EvaluationError(bad)
     ev = _Evaluator(values, {})
     with np.errstate(all="ignore"):
         for t in order:

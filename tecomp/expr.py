@@ -110,15 +110,19 @@ class _Arith:
         return compare(GE, self, o)
 
     def __and__(self, o: ExprLike) -> Expr:
+        reject_python_bool(o, "'&'")
         return logical_and(self, o)
 
     def __rand__(self, o: ExprLike) -> Expr:
+        reject_python_bool(o, "'&'")
         return logical_and(o, self)
 
     def __or__(self, o: ExprLike) -> Expr:
+        reject_python_bool(o, "'|'")
         return logical_or(self, o)
 
     def __ror__(self, o: ExprLike) -> Expr:
+        reject_python_bool(o, "'|'")
         return logical_or(o, self)
 
     def __invert__(self) -> Expr:
@@ -437,6 +441,7 @@ from .construct import (  # noqa: E402,F401
     mul,
     neg,
     power,
+    reject_python_bool,
     select,
     sub,
 )

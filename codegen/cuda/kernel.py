@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tecomp import expr as E
+from tecomp.divisors import size_divisors, zero_divisor
 from tecomp.errors import ArgumentError, TecompError
 from tecomp.gpuir import GpuProgram
 from tecomp.loopir import Buffer, LoweredFunc
@@ -81,6 +82,7 @@ class CudaKernel(Kernel):
         self._args = []
         self._bufs = []
         self._hidden = []
+        self._divisions = size_divisors([func], func.params)  # checked before each call
         self._map_inputs(func, inputs, hidden or {})
         self._map_outputs(func, outputs)
         self.inputs = tuple(inputs) if inputs is not None else tuple(
@@ -184,6 +186,12 @@ class CudaKernel(Kernel):
                 raise ArgumentError(
                     f"kernel {self.name!r}: the size {p.name!r} is not determined by the "
                     "arguments' shapes; pass it as a tc.var input")
+        # before anything is allocated: a zero divisor of sizes, sizes that break an access
+        bad = zero_divisor(self._divisions, sizes) if self._divisions else None
+        if bad is not None:
+            raise ArgumentError(f"kernel {self.name!r}: {bad}; nothing was run")
+        if self._bounds is not None:
+            self._bounds.check_sizes(sizes, self.name)
         if len(self._sizes_memo) >= MAX_PLANS:
             self._sizes_memo.pop(next(iter(self._sizes_memo)), None)
         hit = self._sizes_memo[key] = (sizes, self._output_shapes(sizes))

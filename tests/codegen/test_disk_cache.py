@@ -53,7 +53,8 @@ def test_corrupt_file_is_a_miss_and_removed(tmp_path, damage):
     else:
         raw = os.urandom(len(raw))
     p.write_bytes(raw)
-    assert c.get(KEY) is None
+    with pytest.warns(tc.CacheWarning, match="corrupt"):
+        assert c.get(KEY) is None
     assert not p.exists()
     assert c.put(KEY, {"object": b"ok"}) and c.get(KEY) == {"object": b"ok"}
 
@@ -92,7 +93,8 @@ def test_unwritable_directory_is_ignored(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     c = dc.DiskCache(blocker / "sub")
-    assert not c.put(KEY, {"object": b"x"})
+    with pytest.warns(tc.CacheWarning, match="Not a directory"):
+        assert not c.put(KEY, {"object": b"x"})
     assert c.get(KEY) is None
 
 
@@ -131,7 +133,8 @@ def test_corrupt_entry_is_recompiled_and_rewritten(tmp_path):
     compile_function(func, cache=None, disk=store)
     (path,) = tmp_path.glob("??/*.bin")
     path.write_bytes(path.read_bytes()[:100])
-    again = compile_function(func, cache=None, disk=store)
+    with pytest.warns(tc.CacheWarning, match="corrupt"):
+        again = compile_function(func, cache=None, disk=store)
     assert again.address and store.get(path.stem) is not None
 
 

@@ -6,8 +6,11 @@ a recipe for input data.  The generator covers the DSL:
 
 * shapes of constants and ``tc.var`` sizes (bound per program, so a symbolic ``n`` may be 1);
 * indices: a data axis, a reversed axis ``e - 1 - i``, ``i % e``, affine-then-floor-divided
-  ``(c*i + b) // q``, constants, and gathers ``T[idx[i]]`` through integer index tensors whose
-  data are drawn in range; every index is in bounds *for the drawn sizes* by construction;
+  ``(c*i + b) // q``, strided and dilated ``i*s + r*t + o`` (floor-divided into range when it
+  would leave it), ``(i * d) // e`` with ``d``, ``e`` extents (a division by a symbolic size),
+  constants, and gathers ``T[idx[i]]`` through integer index tensors whose data are drawn in
+  range with repeats (:meth:`Program.arrays` can put one out of range); every other index is
+  in bounds *for the drawn sizes* by construction;
 * reductions ``sum/max/min/prod`` over fresh reduce axes, with ``where`` conditions on
   indices;
 * every math call, ``+ - * /``, ``maximum/minimum``, ``if_then_else`` on index conditions and
@@ -55,8 +58,10 @@ class Program:
     floats: list[tc.Tensor] = field(default_factory=list)  # differentiable placeholders
     text: str = ""
 
-    def arrays(self, seed: int) -> list[Any]:
-        """The kernel arguments (NumPy arrays, ints) for ``seed``."""
+    def arrays(self, seed: int, out_of_range: bool = False) -> list[Any]:
+        """The kernel arguments (NumPy arrays, ints) for ``seed``; gather indices repeat
+        (they are drawn with replacement) and, with ``out_of_range``, one entry of each index
+        tensor is one past its range or negative."""
         rng = np.random.default_rng(seed)
         out: list[Any] = []
         for x in self.inputs:
@@ -67,7 +72,10 @@ class Program:
                     out.append(rng.uniform(-1.0, 1.0, shape).astype(npdt))
                 else:
                     high = self.index_high.get(x, 4)
-                    out.append(rng.integers(0, high, shape).astype(npdt))
+                    data = rng.integers(0, high, shape).astype(npdt)
+                    if out_of_range and x in self.index_high and data.size:
+                        data.flat[rng.integers(data.size)] = high if seed % 2 else -1
+                    out.append(data)
             else:
                 out.append(self.sizes[x])
         return out
@@ -125,7 +133,7 @@ class _Gen:
     # -------------------------------------------------------------- indices
     def index(self, d: Dim, axes: list[tuple[Any, Dim]]) -> Any:
         """An integer expression in ``[0, d.value)`` over ``axes``."""
-        kinds = ["axis", "mod", "affine", "const", "gather"]
+        kinds = ["axis", "mod", "affine", "const", "gather", "strided", "divsize"]
         kind = self.draw(st.sampled_from(kinds))
         same = [(a, e) for a, e in axes if e.value == d.value]
         if kind == "axis" and same:
@@ -139,6 +147,17 @@ class _Gen:
             c, b = self.draw(st.integers(1, 3)), self.draw(st.integers(0, 2))
             q = -(-((e.value - 1) * c + b + 1) // d.value)  # smallest q keeping it < d
             return (a * c + b) // max(q, 1)
+        if kind == "strided" and axes:  # a convolution's i*stride + r*dilation (+ offset)
+            (a, e), (b, f) = self.draw(st.sampled_from(axes)), self.draw(st.sampled_from(axes))
+            s, t, o = (self.draw(st.integers(1, 2)), self.draw(st.integers(1, 3)),
+                       self.draw(st.integers(0, 1)))
+            top = (e.value - 1) * s + (f.value - 1) * t + o
+            if top < d.value:
+                return a * s + b * t + o
+            return (a * s + b * t + o) // (top // d.value + 1)  # floor-divided into range
+        if kind == "divsize" and axes:  # a floor division by an extent, symbolic or not
+            a, e = self.draw(st.sampled_from(axes))
+            return (a * d.expr) // e.expr
         if kind == "gather" and axes:
             a, e = self.draw(st.sampled_from(axes))
             idx = tc.placeholder((e.expr,), name=self.name("idx"),

@@ -26,7 +26,7 @@ DETERMINISM = textwrap.dedent("""
     idx = tc.placeholder((n,), name="idx", dtype="int64")
     k = tc.reduce_axis(8, name="k")
     H = tc.compute((n, 8), lambda i, j: tc.tanh(tc.sum(E[idx[i], k] * W[k, j], axis=k,
-                   where=(k + j) % 2 == 0)), name="H")
+                   where=tc.eq((k + j) % 2, 0))), name="H")
     r, s = tc.reduce_axis(n, name="r"), tc.reduce_axis(8, name="s")
     L = tc.compute((), lambda: tc.sum(H[r, s] * H[r, s], axis=[r, s]), name="L")
     grads = tc.gradient(L, [E, W])

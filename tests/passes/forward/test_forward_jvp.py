@@ -93,7 +93,7 @@ def case_sum_where_triangular(rng):
 
     def body(i):
         k = tc.reduce_axis((0, i + 1), "k")
-        return tc.sum(A[i, k] * A[k, i], axis=k, where=k != 2)
+        return tc.sum(A[i, k] * A[k, i], axis=k, where=tc.ne(k, 2))
     Y = tc.compute((5,), body, name="Y")
     return Y, [A], {A: rng.standard_normal((5, 5))}, True
 
