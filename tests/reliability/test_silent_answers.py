@@ -83,9 +83,11 @@ def test_zero_size_divisor_raises_at_call_and_in_the_evaluator():
 
 def test_zero_size_divisor_on_cuda_raises_before_the_device(monkeypatch):
     from tecomp.codegen.cuda.kernel import CudaKernel
+    from tecomp.passes.schedule.gpu import schedule_gpu
 
     n, Xn, D = _size_divided()
-    k = CudaKernel(tc.lower(D, [Xn, n]).func, inputs=[Xn, n], outputs=[D], check=False)
+    k = CudaKernel(schedule_gpu(tc.lower(D, [Xn, n]).func), inputs=[Xn, n], outputs=[D],
+                   check=False)
     monkeypatch.setattr(k, "_device_outputs", lambda *a: pytest.fail("reached the device"))
     with pytest.raises(tc.ArgumentError, match="divisor n of i (//|%) n is 0 for n = 0"):
         k.launch([np.zeros(8, np.float32), 0], device=object())
@@ -118,11 +120,12 @@ def test_data_dependent_zero_divisor_acts_as_one_on_cuda():
     from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
 
     from tecomp.codegen.cuda.kernel import CudaKernel
+    from tecomp.passes.schedule.gpu import schedule_gpu
 
     if not gxx_available():
         pytest.skip("g++ is not available")
     outs, ins, args = _data_divided()
-    k = CudaKernel(tc.lower(outs, ins).func, inputs=ins, outputs=outs, check=False)
+    k = CudaKernel(schedule_gpu(tc.lower(outs, ins).func), inputs=ins, outputs=outs, check=False)
     compile_emulated([k.source])
     got = k.launch(args, device=EmulatedDevice())
     for g, w in zip(got, tc.evaluate(outs, dict(zip(ins, args)))):
