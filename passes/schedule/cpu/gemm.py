@@ -3,9 +3,10 @@
 :func:`.tile.block_rows` turns the row loop of ``C[i, j] = sum_k v(i, k, j)`` (lowered in the
 "i, k, j" order) into a register-blocked loop: ``R`` rows share each loaded ``B[k, j]`` and
 ``U`` steps of ``k`` fold into one update of ``C``.  Every block of ``R`` rows still streams the
-whole ``K x N`` operand ``B`` and its ``R x N`` rows of ``C``: once ``B`` outgrows the level-2
-cache (a float32 matmul from ``n = 1024`` on): about 45 GFLOP/s against 140 at ``n = 512``'s
-best.  :func:`block_caches` adds the cache blocking of Goto & van de Geijn ("Anatomy of
+whole ``K x N`` operand ``B`` and its ``R x N`` rows of ``C``, which is slow once ``B``
+outgrows the level-2 cache: a float32 matmul on one core of an AVX-512 host ran at about 90
+GFLOP/s at ``n = 512`` but 40-48 at ``n = 1024, 2048`` (56 and 66 with this pass; OpenBLAS
+100-140).  :func:`block_caches` adds the cache blocking of Goto & van de Geijn ("Anatomy of
 high-performance matrix multiplication", ACM TOMS 34(3), 2008) in the loop order of BLIS
 (Van Zee & van de Geijn, "BLIS: a framework for rapidly instantiating BLAS functionality",
 ACM TOMS 41(3), 2015): the ``j`` range is cut into columns of ``nc``, the reduction into
@@ -25,8 +26,9 @@ Block sizes, from the host's caches (:class:`tecomp.host.Host`; ``e`` bytes an e
                               B that one folded step touches stay in half of L1
     kc = L2 / (2 nc e)        rounded down to a multiple of U: the kc x nc panel of B that a
                               block of rows reuses sits in half of L2 (the other half: A, C)
-    mc = L3 / (4 kc e)        rounded down to a multiple of R, at most 512, and at most the
-                              rows divided evenly among the cores (with threads)
+    mc = L3 / (4 kc e)        rounded down to a multiple of R, at most 512; with threads and
+                              a constant row count, shrunk so that the number of row blocks
+                              is a multiple of the cores (every core gets whole blocks)
 
 The register tile is the ``R x (vector)`` one of :func:`.tile.block_rows`: LLVM keeps the
 ``R`` rows' partial sums of one vector of ``j`` in registers over ``U`` steps of ``k`` and
