@@ -55,8 +55,9 @@ from tecomp.stmt_functor import bound_names
 
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
-                 host: Host | None = None) -> LoweredFunc:
-    """The CPU schedule of a lowered program: register/cache blocking of "i, k, j" sums
+                 host: Host | None = None, gemm: bool = True) -> LoweredFunc:
+    """The CPU schedule of a lowered program: with ``gemm``, cache blocking of large "i, k,
+    j" sums (:func:`.gemm.block_caches`), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
     (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
@@ -73,12 +74,15 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     """
     from .dot import block_dots
     from .fuse_loops import fuse_row_loops
+    from .gemm import block_caches
     from .mod import split_mod_loops
     from .reduce_accumulators import block_sums
     from .tile import block_rows
 
 
     host = describe() if host is None else host
+    if gemm:
+        func = block_caches(func, host, threads=threads)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
     return fuse_parallel(func) if threads else func

@@ -99,7 +99,7 @@ def block_rows(func: LoweredFunc, *, rows: int = 4, factor: int = 4,
     return func if body is func.body else replace(func, body=body)
 
 
-def _match(loop: For, strict: bool = True):
+def match_row_loop(loop: For, strict: bool = True):
     """``(init, knest loops, inner j loop, store)`` when ``loop`` is an "i, k, j" row loop.
 
     Not ``strict``: the reduction bounds may use the row variable and the inner ``j`` bounds
@@ -170,9 +170,9 @@ def plus(v: E.Var, n: int) -> E.Expr:
 
 
 def _rows(loop: For, rows: int, factor: int, max_full: int) -> Stmt | None:
-    m = _match(loop)
+    m = match_row_loop(loop)
     if m is None:
-        m = _match(loop, strict=False)
+        m = match_row_loop(loop, strict=False)
         if m is None:
             return None
         init, ks, inner, st = m
@@ -180,6 +180,13 @@ def _rows(loop: For, rows: int, factor: int, max_full: int) -> Stmt | None:
             return _split_fold(loop, m, max_full)
         rows = 1  # the reduction bounds use the row variable: fold reduction steps only
     init, ks, inner, st = m
+    return unroll_rows(loop, init, ks, inner, st, rows, factor, max_full)
+
+
+def unroll_rows(loop: For, init: For | None, ks: list[For], inner: For, st: Store,
+                rows: int, factor: int, max_full: int) -> Stmt | None:
+    """The rewrite of the module doc on the matched parts of a row loop; without ``init``
+    (``C`` already holds the partial sums of earlier reduction blocks) no zero fill is made."""
     i, kin = loop.var, ks[-1]
     iext = const_extent(loop.lo, loop.hi)
     r_n = rows if iext is None or iext >= rows else max(iext, 1)
@@ -212,13 +219,15 @@ def _rows(loop: For, rows: int, factor: int, max_full: int) -> Stmt | None:
     nest: Stmt = seq(parts)
     for k in reversed(ks[:-1]):
         nest = replace(k, body=nest)
-    zero = init.body
-    inits = replace(init, body=seq([Store(zero.buffer, dsts[r], zero.value)
-                                      for r in range(r_n)]))
+    if init is not None:
+        zero = init.body
+        inits = replace(init, body=seq([Store(zero.buffer, dsts[r], zero.value)
+                                          for r in range(r_n)]))
+        nest = Seq((inits, nest))
     if r_n == 1:
-        return replace(loop, body=Seq((inits, nest)))
+        return replace(loop, body=nest)
     imain = split_end(loop.lo, loop.hi, r_n)
-    main = For(i, loop.lo, imain, Seq((inits, nest)), step=r_n, kind=loop.kind)
+    main = For(i, loop.lo, imain, nest, step=r_n, kind=loop.kind)
     if iext is not None and iext % r_n == 0:
         return main
     return Seq((main, replace(loop, lo=imain)))
