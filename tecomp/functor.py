@@ -154,6 +154,10 @@ def rebuild(e: E.Expr, *args: E.Expr) -> E.Expr:
     """Rebuild a node of ``e``'s kind from new children (through the smart constructors)."""
     if isinstance(e, E.Delta):
         return E.delta(args[0], args[1], e.dtype)
+    if isinstance(e, E.Select):
+        return E.select(*args)
+    if isinstance(e, E.Cast):
+        return E.cast(args[0], e.dtype)
     return _REBUILD[type(e)](*args)
 
 

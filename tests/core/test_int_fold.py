@@ -58,3 +58,11 @@ def test_loop_bounds_print_without_cancelling_offsets():
     (dX,) = tc.gradient(Y, [X])
     text = str(tc.lower([dX], [X]))
     assert "for (j0, 0, n) {" in text and "1 + 1" not in text and "- 1 + 1" not in text
+
+
+def test_fold_offsets_descends_through_select_and_cast():
+    """Loop bounds may hold selects and casts (the CPU schedule's clamped blocks)."""
+    n = tc.var("n")
+    e = tc.if_then_else(n > 3, n - 1 + 1, tc.cast(n + 2 - 2, "int64"))
+    out = fold_offsets(e)
+    assert str(out) == str(tc.if_then_else(n > 3, n, tc.cast(n, "int64")))
