@@ -103,7 +103,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     memory_key = target.key(func, target.options())
 
     def _schedule(func: LoweredFunc, threads: bool) -> LoweredFunc:
-        return target.schedule.run(func, threads=threads, host=host)
+        with timed("schedule"):
+            return target.schedule.run(func, threads=threads, host=host)
 
     def build() -> JitFunction:
         key = disk_key(memory_key) if store is not None else ""
