@@ -2,8 +2,9 @@
 
 Each build runs in a new Python process with its own cache directory (``XDG_CACHE_HOME``): the
 first compiles and stores the loop program, the kernel, the parallel-loop runtime and the
-bounds verdict; the second must take the loop program, kernel and runtime from disk (LLVM made no target machine, islpy was not imported
-for a program proven in bounds) and give the evaluator's results, the same bits as the first.
+bounds verdict; the second must take the loop program, kernel and runtime from disk (LLVM made
+no target machine, islpy was not imported) and give the evaluator's results, the same bits as
+the first.
 A program that needs runtime bounds checks still checks them when its kernel comes from disk.
 """
 
