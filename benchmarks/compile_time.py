@@ -149,8 +149,8 @@ def child(case: str) -> None:
     build(derived)
     t4, c4 = time.perf_counter(), time.process_time()
     print(json.dumps({"import": t1 - t0, "graph": t2 - t1, "derivative": t3 - t2,
-                      "build": t4 - t3, "compile": t4 - t2, "compile CPU": c4 - c2, "phases": records.seconds,
-                      "steps": records.steps}))
+                      "build": t4 - t3, "compile": t4 - t2, "compile CPU": c4 - c2,
+                      "phases": records.seconds, "steps": records.steps}))
 
 
 # ------------------------------------------------------------------ the driver
@@ -236,10 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
             continue
         report(case, cold, warm)
-    print("\n(compile = derivative + build, wall clock (compile CPU: its CPU time); indented: the pipeline's phases "
-          "from the\n'tecomp.phases' logger, summed over the builds; (step): steps inside "
-          "them, such as\nllvm inside codegen.llvm; other: compile outside every phase -- "
-          "imports on first\nuse, Python between passes)")
+    print("\n(compile = derivative + build, wall clock; compile CPU: its CPU time; indented: "
+          "the\npipeline's phases from the 'tecomp.phases' logger, summed over the builds; "
+          "(step):\nsteps inside them, such as llvm inside codegen.llvm; other: compile outside "
+          "every\nphase -- imports on first use, Python between passes)")
     return 1 if failed else 0
 
 
