@@ -20,13 +20,13 @@ Every measurement is a new Python process (``python this_file --child CASE``) wi
 persistent cache directory of its own for the whole run of a case (``TECOMP_CACHE_DIR`` and
 ``XDG_CACHE_HOME``).  The first process finds it empty (*cold*); the next ``--runs`` find
 every kernel, the parallel-loop runtime and the bounds proofs there (*warm*).  Each child
-times ``import tecomp``, the graph (declaration), the derivatives (``tc.gradient`` or
-``tc.laplacian``) and the builds with ``time.perf_counter``, and collects the phase records
-of the ``"tecomp.phases"`` logger (:mod:`tecomp.logs`) with a handler, so the table shows
-where the time of each span goes.  *compile* is derivatives + builds (``import tecomp`` is
-not in it), *compile CPU* its CPU time (``time.process_time``, steadier on a loaded machine);
-*other* is the part of *compile* outside every logged phase (module imports done
-on first use, argument checks, Python between passes).
+times ``import tecomp``, the graph (declaration), the derived tensors (``tc.gradient``,
+``tc.laplacian``; for ``dct`` the op itself) and the builds with ``time.perf_counter``, and
+collects the phase records of the ``"tecomp.phases"`` logger (:mod:`tecomp.logs`) with a
+handler, so the table shows where the time of each span goes.  *compile* is derivative +
+builds (``import tecomp`` is not in it), *compile CPU* its CPU time (``time.process_time``,
+steadier on a loaded machine); *other* is the part of *compile* outside every logged phase
+(module imports done on first use, argument checks, Python between passes).
 
 Bytecode: an installed package runs from compiled bytecode, so by default the children write
 and read it under a temporary ``PYTHONPYCACHEPREFIX`` (the source tree is left alone), warmed
