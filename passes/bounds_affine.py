@@ -36,7 +36,7 @@ the proof would fail.  Piecewise bounds matter the same way: ``for (t, 0, select
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from tecomp import expr as E
 from tecomp.errors import LoweringError
@@ -53,7 +53,17 @@ from tecomp.loopir import (
     Store,
 )
 from tecomp.printer import format_expr
-from tecomp.solvers.isl_bridge import IslError, IslSet, IslSpace, PwAff
+
+if TYPE_CHECKING:
+    from tecomp.solvers.isl_bridge import IslSet, PwAff
+
+
+def _isl() -> Any:
+    """The isl bridge, imported on the first proof (so that a program whose loop program and
+    checks come from a cache loads no islpy)."""
+    from tecomp.solvers import isl_bridge
+
+    return isl_bridge
 
 _INT = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 # Most pieces an operation on two piecewise bounds may combine: a chain of k nested max/min
@@ -221,7 +231,7 @@ class AffineProver:
         self._opaque = opaque
         names = sorted(self.params)
         # a space (and isl context) of its own: tc.build may run in threads
-        self.isl = IslSpace(sorted(bound), names)
+        self.isl = _isl().IslSpace(sorted(bound), names)
         self._aff_memo: dict[E.Expr, PwAff | None] = {}
         self._cond_memo: dict[E.Expr, tuple[IslSet, bool]] = {}
         valid = self.isl.universe()
@@ -345,7 +355,7 @@ class AffineProver:
         self.isl.reset_budget()
         try:
             self._push_loop(s)
-        except IslError:  # over the operation budget: the loop's bounds are not used
+        except _isl().IslError:  # over the operation budget: the loop's bounds are not used
             self._push_unknown(s.var)
 
     def _push_loop(self, s: For) -> None:
@@ -369,7 +379,7 @@ class AffineProver:
         self.isl.reset_budget()
         try:
             self._push_let(s)
-        except IslError:  # over the operation budget: the value is not used
+        except _isl().IslError:  # over the operation budget: the value is not used
             self._push_unknown(s.var)
 
     def _push_unknown(self, var: E.Var) -> None:
@@ -419,7 +429,7 @@ class AffineProver:
         self.isl.reset_budget()
         try:
             return self._verdict(buf, axis, index, path, kind, access)
-        except IslError:
+        except _isl().IslError:
             self.isl.reset_budget()
             return "runtime"
 

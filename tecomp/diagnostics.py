@@ -119,6 +119,12 @@ def pass_log(*, costs: bool = True, sizes: Mapping[Any, int] | None = None
         _ACTIVE.reset(token)
 
 
+def recording_passes() -> bool:
+    """Whether a :func:`pass_log` is recording (``tc.build`` then runs every pass rather than
+    taking its loop program from the persistent cache)."""
+    return _ACTIVE.get() is not None
+
+
 def _count(tensors: Sequence[Tensor], sizes: Mapping[Any, int] | None) -> tuple[Any, str]:
     from .lowering_api import cost
 

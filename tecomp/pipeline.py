@@ -31,6 +31,7 @@ shows the scheduled loop IR of a target.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -152,12 +153,38 @@ def scheduled(func: LoweredFunc, target_name: str, *, check_bounds: bool = True)
 
 
 # ------------------------------------------------------------------ the whole pipeline
+def loop_program(outputs: Sequence[Tensor], inputs: Sequence[Any], *, target_name: str,
+                 name: str | None, check_bounds: bool
+                 ) -> tuple[LoweredFunc, dict[Buffer, np.ndarray], Any]:
+    """The bounds-checked loop program of ``outputs``, its constants and its bounds record:
+    from the persistent cache when this program was built before (:mod:`tecomp.program_cache`;
+    not inside ``tc.pass_log()``), else zero elimination, lowering and the bounds pass."""
+    from . import program_cache
+    from .codegen.disk_cache import default_cache
+    from .diagnostics import recording_passes
+    from .logs import timed
+
+    key = None
+    if default_cache() is not None and not recording_passes():
+        with timed("program_cache", logging.INFO):
+            key = program_cache.program_key(outputs, inputs, name=name,
+                                            check_bounds=check_bounds, target_name=target_name)
+            found = program_cache.load(key) if key is not None else None
+        if found is not None:
+            return found
+    func, constants = lower(outputs, inputs, name=name)                # declare .. lower
+    func, bounds = bounds_checked(func, check_bounds=check_bounds)     # bounds checks
+    if key is not None:
+        program_cache.store(key, func, constants, bounds)
+    return func, constants, bounds
+
+
 def build(outputs: Sequence[Tensor], inputs: Sequence[Any], *, target_name: str = "llvm",
           name: str | None = None, check_bounds: bool = True, single: bool = False) -> Any:
     """A kernel for ``outputs``: every pass in order, then the target's code generator."""
     check_target(target_name)
-    func, constants = lower(outputs, inputs, name=name)                # declare .. lower
-    func, bounds = bounds_checked(func, check_bounds=check_bounds)     # bounds checks
+    func, constants, bounds = loop_program(outputs, inputs, target_name=target_name,
+                                           name=name, check_bounds=check_bounds)
     tgt = target(target_name)                                          # schedule + codegen
     return run_pass(f"codegen.{target_name}", tgt.build, func, inputs=inputs,
                     outputs=list(outputs), hidden=constants, single=single, bounds=bounds)

@@ -1,9 +1,10 @@
 """The persistent cache across processes: a second, fresh process loads what the first compiled.
 
 Each build runs in a new Python process with its own cache directory (``TECOMP_CACHE_DIR``): the
-first compiles and stores the kernel, the parallel-loop runtime and the bounds verdict; the
-second must take all of them from disk (LLVM made no target machine, islpy was not imported
-for a program proven in bounds) and give the evaluator's results, the same bits as the first.
+first compiles and stores the loop program, the kernel, the parallel-loop runtime and the
+bounds verdict; the second must take the loop program, kernel and runtime from disk (LLVM made
+no target machine, islpy was not imported) and give the evaluator's results, the same bits as
+the first.
 A program that needs runtime bounds checks still checks them when its kernel comes from disk.
 """
 
@@ -80,13 +81,14 @@ def _run(tmp_path, mode):
 
 def test_second_process_loads_everything_from_disk(tmp_path):
     info1, res1 = _run(tmp_path, "first")
-    # proof and kernel of each program, the runtime, and the proof of the convolution's
-    # forward (tc.gradient refuses a forward the bounds proofs refuse)
-    assert info1["hits"] == 0 and info1["misses"] == 6
+    # loop program, proof and kernel of each program, the runtime, and the proof of the
+    # convolution's forward (tc.gradient refuses a forward the bounds proofs refuse)
+    assert info1["hits"] == 0 and info1["misses"] == 8
     assert info1["machine"] and info1["islpy"]
     info2, res2 = _run(tmp_path, "second")
-    # the gather's verdict is never stored: its checks stay those the pass adds
-    assert info2["hits"] == 5 and info2["misses"] == 1
+    # loop program (bounds-checked: the gather keeps the checks the pass added) and kernel
+    # of each program, the runtime and the forward's verdict; no bounds pass runs
+    assert info2["hits"] == 6 and info2["misses"] == 0
     assert not info2["machine"], "a target machine was made: something was compiled"
     assert not info2["islpy"], "the bounds proof of the convolution ran again"
     assert info1["pooled"] != "()" and info2["pooled"] == info1["pooled"]

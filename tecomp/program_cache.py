@@ -1,0 +1,241 @@
+"""Remembered lowered programs: a warm ``tc.build`` skips zero elimination, lowering and bounds.
+
+``tc.build`` turns the user's tensor program into a bounds-checked loop program (zero
+elimination, simplification, lowering, the bounds pass: :func:`tecomp.pipeline.build`) before
+the target compiles it.  Those passes are pure functions of the tensor program and of the
+build's options, so their result is stored in the persistent cache
+(:mod:`tecomp.codegen.disk_cache`) under a key computed from the tensor program *before* any
+pass runs (:func:`program_key`); a later process that builds the same program loads the
+loop program from there and hands it to the target, whose own caches then give the kernel.
+
+The key covers everything the passes read: every node of the output tensors' DAG with all
+its fields (names, shapes, dtypes, expression bodies, attributes such as ``optimize=False``'s
+mark), the data of constant tensors (a sha256 of their bytes), which objects are shared, the
+inputs in order, the kernel's name, ``check_bounds``, the target's name, and a digest of the
+source of ``tecomp/``, ``passes/`` and ``solvers/``.  A node of a kind the key does not know
+(anything but frozen dataclasses, tuples, dicts of str, NumPy arrays and plain scalars) makes
+the program unkeyable: it is then built without this cache.
+
+Entries are data, never code: the loop program is written as a JSON list of nodes, each a
+class name, resolved only among the dataclasses of :mod:`tecomp.expr`, :mod:`tecomp.loopir`
+and :mod:`tecomp.passes.bounds_check`, and its fields; constants as raw bytes with dtype and
+shape.  A program is stored only when decoding what was written gives back the same
+structure (:func:`~tecomp.codegen.cache.structural_lines`), and an entry that does not decode
+is a miss.
+
+``tc.pass_log()`` records the passes that run, so inside it this cache is not consulted.
+The persistent cache's off switch turns this cache off too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .codegen.cache import structural_lines
+from .codegen.disk_cache import DiskCache, default_cache
+from .codegen.target import source_digest
+from .loopir import Buffer, LoweredFunc
+from .tensor import Tensor
+
+#: the modules whose dataclasses an entry may name
+MODULES = ("tecomp.expr", "tecomp.loopir", "tecomp.passes.bounds_check")
+_SCALARS = (int, float, str, bool, type(None))
+_FORMAT = "tecomp-program-1"
+
+
+class Unkeyable(Exception):
+    """A node the key or the entry format does not cover."""
+
+
+def passes_version() -> str:
+    """A digest of the source of every pass that runs before the target."""
+    from . import passes, solvers
+
+    return source_digest(str(Path(__file__).parent), str(Path(passes.__file__).parent),
+                         str(Path(solvers.__file__).parent))
+
+
+# ------------------------------------------------------------------ the key
+def program_key(outputs: Sequence[Tensor], inputs: Sequence[Any], *, name: str | None,
+                check_bounds: bool, target_name: str) -> str | None:
+    """The key of the loop program :func:`tecomp.pipeline.build` makes of ``outputs``, or None
+    when the program holds a node the key does not cover."""
+    h = hashlib.sha256()
+    for part in (_FORMAT, passes_version(), target_name, repr(name), repr(bool(check_bounds))):
+        h.update(part.encode() + b"\0")
+    try:
+        for line in _dag_lines((tuple(outputs), tuple(inputs))):
+            h.update(line.encode() + b"\n")
+    except (Unkeyable, RecursionError):
+        return None
+    return h.hexdigest()
+
+
+def _dag_lines(root: Any) -> list[str]:
+    """Every distinct node of ``root`` once, children by number (as
+    :func:`~tecomp.codegen.cache.structural_lines`, also through tensors, dicts and arrays)."""
+    lines: list[str] = []
+    number: dict[int, int] = {}
+    keep: list[Any] = []
+
+    def ref(x: Any) -> str:
+        if type(x) in _SCALARS:
+            return repr(x)
+        if isinstance(x, tuple):  # values, written in place (as structural_lines does)
+            return f"{type(x).__name__}(" + ", ".join(ref(y) for y in x) + ")"
+        if type(x) is dict:
+            if not all(type(k) is str for k in x):
+                raise Unkeyable("a dict with keys other than str")
+            return "dict(" + ", ".join(f"{k!r}: {ref(x[k])}" for k in sorted(x)) + ")"
+        if type(x) is np.ndarray:
+            if x.dtype.hasobject:
+                raise Unkeyable("an array of objects")
+            data = np.ascontiguousarray(x)
+            return (f"ndarray({data.dtype.str}, {data.shape}, "
+                    f"{hashlib.sha256(data.tobytes()).hexdigest()})")
+        if not (is_dataclass(x) and not isinstance(x, type)):
+            raise Unkeyable(f"a {type(x).__name__}")
+        k = number.get(id(x))
+        if k is not None:
+            return f"#{k}"
+        text = f"{type(x).__module__}.{type(x).__qualname__}(" + ", ".join(
+            f"{f.name}={ref(getattr(x, f.name))}" for f in fields(x)) + ")"
+        number[id(x)] = len(lines)
+        keep.append(x)
+        lines.append(text)
+        return f"#{number[id(x)]}"
+
+    lines.append(ref(root))  # the root itself (a tuple is written in place, not numbered)
+    return lines
+
+
+# ------------------------------------------------------------------ the entry
+def encode(root: Any) -> list[list[Any]]:
+    """``root`` (dataclasses of :data:`MODULES`, tuples, scalars) as a JSON-able node list;
+    the last node is the root, a child is ``{"r": number}``, a tuple a list."""
+    nodes: list[list[Any]] = []
+    number: dict[int, int] = {}
+    keep: list[Any] = []
+
+    def value(x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return x
+        if type(x) is tuple:
+            return [value(y) for y in x]
+        if not (is_dataclass(x) and type(x).__module__ in MODULES):
+            raise Unkeyable(f"a {type(x).__name__}")
+        k = number.get(id(x))
+        if k is None:
+            args = [value(getattr(x, f.name)) for f in fields(x)]
+            k = number[id(x)] = len(nodes)
+            keep.append(x)
+            nodes.append([f"{type(x).__module__}:{type(x).__qualname__}", args])
+        return {"r": k}
+
+    nodes.append(["", [value(root)]])
+    return nodes
+
+
+def decode(nodes: Any) -> Any:
+    """The object :func:`encode` wrote (raises :class:`Unkeyable` on anything else)."""
+    made: list[Any] = []
+
+    def value(x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return x
+        if type(x) is list:
+            return tuple(value(y) for y in x)
+        if type(x) is dict and set(x) == {"r"} and type(x["r"]) is int and 0 <= x["r"] < len(made):
+            return made[x["r"]]
+        raise Unkeyable("not a node")
+
+    if type(nodes) is not list or not nodes:
+        raise Unkeyable("not a node list")
+    for node in nodes[:-1]:
+        if type(node) is not list or len(node) != 2 or type(node[0]) is not str \
+                or type(node[1]) is not list:
+            raise Unkeyable("not a node")
+        made.append(_class(node[0])(*[value(a) for a in node[1]]))
+    last = nodes[-1]
+    if type(last) is not list or len(last) != 2 or type(last[1]) is not list or len(last[1]) != 1:
+        raise Unkeyable("not a node list")
+    return value(last[1][0])
+
+
+def _class(name: str) -> type:
+    module, _, qualname = name.partition(":")
+    if module not in MODULES:
+        raise Unkeyable(f"class {name!r}")
+    cls = getattr(importlib.import_module(module), qualname, None)
+    if not (isinstance(cls, type) and is_dataclass(cls) and cls.__module__ == module):
+        raise Unkeyable(f"class {name!r}")
+    return cls
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` have the same structure, node by node."""
+    if type(a) is tuple:
+        return type(b) is tuple and len(a) == len(b) and all(map(_same, a, b))
+    if type(a) in _SCALARS:
+        return type(a) is type(b) and a == b
+    return type(a) is type(b) and structural_lines(a) == structural_lines(b)
+
+
+def store(key: str, func: LoweredFunc, constants: dict[Buffer, np.ndarray], bounds: Any,
+          cache: DiskCache | None = None) -> bool:
+    """Write the pipeline's result under ``key``; False when it cannot be written faithfully."""
+    cache = cache or default_cache()
+    if cache is None:
+        return False
+    bufs = tuple(constants)
+    arrays = [np.ascontiguousarray(constants[b]) for b in bufs]
+    root = (func, bufs, bounds)
+    try:
+        text = json.dumps(encode(root))
+        if not _same(decode(json.loads(text)), root):
+            return False
+    except (Unkeyable, RecursionError, TypeError, ValueError):
+        return False
+    entry: dict[str, bytes | str] = {"program": text, "constants": json.dumps(
+        [[a.dtype.str, list(a.shape)] for a in arrays])}
+    for n, a in enumerate(arrays):
+        if a.dtype.hasobject:
+            return False
+        entry[f"constant{n}"] = a.tobytes()
+    return cache.put(key, entry)
+
+
+def load(key: str, cache: DiskCache | None = None
+         ) -> tuple[LoweredFunc, dict[Buffer, np.ndarray], Any] | None:
+    """``(func, constants, bounds)`` stored under ``key``, or None (missing or not decodable)."""
+    cache = cache or default_cache()
+    entry = cache.get(key) if cache is not None else None
+    if entry is None or not isinstance(entry.get("program"), str) \
+            or not isinstance(entry.get("constants"), str):
+        return None
+    try:
+        func, bufs, bounds = decode(json.loads(entry["program"]))
+        specs = json.loads(entry["constants"])
+        if not isinstance(func, LoweredFunc) or len(specs) != len(bufs):
+            return None
+        constants = {}
+        for n, (b, (dtype, shape)) in enumerate(zip(bufs, specs)):
+            raw = entry.get(f"constant{n}")
+            if not isinstance(raw, bytes) or not isinstance(b, Buffer):
+                return None
+            dt = np.dtype(dtype)
+            if dt.hasobject:
+                return None
+            arr = np.frombuffer(raw, dtype=dt).reshape(shape)
+            arr.flags.writeable = False
+            constants[b] = arr
+    except (Unkeyable, RecursionError, TypeError, ValueError, KeyError):
+        return None
+    return func, constants, bounds
