@@ -243,3 +243,15 @@ def run(func: LoweredFunc, arrays: Sequence[np.ndarray],
         np.testing.assert_array_equal(it.bufs[b.name], originals[b.name],
                                       err_msg=f"input {b.name} was modified")
     return outs
+
+
+def random_inputs(ins, rng):
+    """Random arrays for the placeholders ``ins`` (small integers for integer tensors)."""
+    out = []
+    for t in ins:
+        shape = tuple(int(s.value) for s in t.shape)
+        if t.dtype.startswith("int"):
+            out.append(rng.integers(-5, 6, size=shape).astype(np.int64))
+        else:
+            out.append(rng.standard_normal(shape).astype(np.float32))
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from loop_interp import run
+from loop_interp import random_inputs, run
 
 import tecomp as tc
 from tecomp.host import Host, describe
@@ -90,17 +90,6 @@ def _random_case(rng: np.random.Generator):
     return list(tc.gradient(Y, [X, W], head=H)), [X, W, H], [n, k, m, "dense grad"]
 
 
-def _data(ins, rng):
-    out = []
-    for t in ins:
-        shape = tuple(int(s.value) for s in t.shape)
-        if t.dtype.startswith("int"):
-            out.append(rng.integers(-5, 6, size=shape).astype(np.int64))
-        else:
-            out.append(rng.standard_normal(shape).astype(np.float32))
-    return out
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
     rng = np.random.default_rng(seed)
@@ -108,7 +97,7 @@ def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
     func, consts = lower_program(outs, ins)
     blocked = block_caches(func, TINY)
     assert blocked is not func, sizes
-    arrays = _data(ins, rng)
+    arrays = random_inputs(ins, rng)
     got = run(blocked, arrays, constants=consts)
     plain = run(func, arrays, constants=consts)
     want = tc.evaluate(outs, dict(zip(ins, arrays)))
@@ -135,7 +124,7 @@ def test_compiled_blocked_kernels_match_the_evaluator(seed, monkeypatch):
     assert not consts
     assert block_caches(func, TINY) is not func, sizes
     kernel = _kernel(schedule_cpu(func, host=TINY))
-    arrays = _data(ins, rng)
+    arrays = random_inputs(ins, rng)
     want = tc.evaluate(outs, dict(zip(ins, arrays)))
     for threads in (1, 2):
         kernel.threads = threads

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from loop_interp import run
+from loop_interp import random_inputs, run
 
 import tecomp as tc
 from tecomp import expr as E
@@ -126,17 +126,6 @@ def _random_case(rng: np.random.Generator):
     return tc.ops.conv2d(X, W, padding=pad), [X, W], [c, h, w, f, kh, kw, pad]
 
 
-def _data(ins, rng):
-    out = []
-    for t in ins:
-        shape = tuple(int(s.value) for s in t.shape)
-        if t.dtype.startswith("int"):
-            out.append(rng.integers(-5, 6, size=shape).astype(np.int64))
-        else:
-            out.append(rng.standard_normal(shape).astype(np.float32))
-    return out
-
-
 @pytest.mark.parametrize("seed", range(16))
 def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
     rng = np.random.default_rng(seed)
@@ -144,7 +133,7 @@ def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
     rows, factor = int(rng.integers(1, 6)), int(rng.integers(1, 6))
     func, consts = lower_program([out], ins)
     blocked = block_rows(func, rows=rows, factor=factor, max_full=int(rng.choice([2, 3, 8])))
-    arrays = _data(ins, rng)
+    arrays = random_inputs(ins, rng)
     (got,) = run(blocked, arrays, constants=consts)
     (plain,) = run(func, arrays, constants=consts)
     msg = f"seed {seed}, sizes {sizes}, rows {rows}, factor {factor}"
@@ -192,7 +181,7 @@ def test_input_gradient_window_is_split_and_folded():
     assert len(lets) == 1 and lets[0].var.name == "t_2"  # the 3 window taps in one update
     assert isinstance(lets[0].body, For) and isinstance(lets[0].body.body, Store)
     assert str(lets[0].body.body.value).count("*") == 3
-    arrays = _data([X, W, H], rng)
+    arrays = random_inputs([X, W, H], rng)
     (got,) = run(blocked, arrays, constants=consts)
     (plain,) = run(func, arrays, constants=consts)
     np.testing.assert_array_equal(got, plain)

@@ -12,23 +12,6 @@ import pytest
 from tecomp import cli
 from tecomp.cli_demos import DEMOS
 
-PROGRAM = textwrap.dedent("""
-    import tecomp as tc
-
-    n = tc.var("n")
-    A = tc.placeholder((n, 16), name="A")
-    B = tc.placeholder((16, 8), name="B")
-    k = tc.reduce_axis(16, name="k")
-    C = tc.compute((n, 8), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
-""")
-
-
-@pytest.fixture
-def prog(tmp_path):
-    p = tmp_path / "prog.py"
-    p.write_text(PROGRAM)
-    return str(p)
-
 
 @pytest.mark.parametrize("name", sorted(DEMOS))
 def test_every_demo_runs_and_checks(name, capsys):
@@ -80,7 +63,7 @@ def test_lower_cost_and_build(prog, capsys):
     assert flops > 100 * 16384
 
 
-def test_program_function_convention(tmp_path, capsys):
+def test_program_function_convention(tmp_path, prog, capsys):
     p = tmp_path / "fn.py"
     p.write_text(textwrap.dedent("""
         import tecomp as tc
@@ -92,7 +75,7 @@ def test_program_function_convention(tmp_path, capsys):
     assert cli.main(["lower", str(p), "--grad"]) == 0
     assert "X_grad" in capsys.readouterr().out
     q = tmp_path / "outs.py"
-    q.write_text(PROGRAM + "\nD = C\nOUTPUTS = [C]\nINPUTS = [A, B]\n")
+    q.write_text(open(prog).read() + "\nD = C\nOUTPUTS = [C]\nINPUTS = [A, B]\n")
     assert cli.main(["show", str(q)]) == 0
     assert "C[i, j]" in capsys.readouterr().out
 

@@ -13,22 +13,6 @@ from tecomp import cli
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
-PROGRAM = textwrap.dedent("""
-    import tecomp as tc
-
-    n = tc.var("n")
-    A = tc.placeholder((n, 16), name="A")
-    B = tc.placeholder((16, 8), name="B")
-    k = tc.reduce_axis(16, name="k")
-    C = tc.compute((n, 8), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
-""")
-
-
-@pytest.fixture
-def prog(tmp_path):
-    p = tmp_path / "prog.py"
-    p.write_text(PROGRAM)
-    return str(p)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
