@@ -22,6 +22,14 @@ Redundancy: duplicates and parallel constraints (same coefficients, keep the sma
 constant) are removed; an opposite parallel pair ``a.x + k1 >= 0``, ``-a.x + k2 >= 0``
 with ``k1 + k2 < 0`` proves the system empty, as does a constant ``k < 0``.
 
+Chernikov's rule (Chernikov 1960; Kohler 1967): when every constraint carries the set of
+original constraints it was combined from (its history), a constraint formed after ``s``
+eliminations whose history holds more than ``s + 1`` originals is implied by the others and
+can be dropped.  :class:`Projection` eliminates several variables in turn with this rule;
+the integer points it keeps are unchanged (a dropped constraint is implied rationally by
+kept ones, hence for every integer point that satisfies their tightened forms), while the
+growth from one step to the next stays polynomial where plain pairing squares it.
+
 Size: each elimination may square the number of constraints (doubly exponential over a
 chain, e.g. the many ``//``/``%`` unknowns of a bit-reversal index).  ``limit`` bounds the
 number of pairs one elimination may form; past it :class:`ProjectionTooLarge` is raised, so
@@ -41,6 +49,7 @@ __all__ = [
     "pair_is_exact",
     "eliminate_inequalities",
     "ProjectionTooLarge",
+    "Projection",
 ]
 
 
@@ -127,3 +136,68 @@ def eliminate_inequalities(
             exact = exact and pair_is_exact(lo, up, name)
             out.append(combine_pair(lo, up, name))
     return normalize_inequalities(out), exact
+
+
+Row = tuple[Affine, frozenset[int]]
+
+
+def _normalize_rows(rows: Iterable[Row]) -> list[Row] | None:
+    """:func:`normalize_inequalities` on constraints with histories (a tighter parallel
+    constraint wins; among equal ones the shorter history)."""
+    best: dict[frozenset[tuple[str, int]], Row] = {}
+    for e, hist in rows:
+        t = tighten(e)
+        if t is True:
+            continue
+        if t is False:
+            return None
+        key = frozenset(t.coeffs.items())
+        old = best.get(key)
+        if old is None or (t.const, len(hist)) < (old[0].const, len(old[1])):
+            best[key] = (t, hist)
+    out = list(best.values())
+    for e, _ in out:
+        opp = best.get(frozenset((k, -v) for k, v in e.coeffs.items()))
+        if opp is not None and e.const + opp[0].const < 0:
+            return None
+    return out
+
+
+class Projection:
+    """Fourier–Motzkin elimination of variables one after another, with tightening,
+    redundancy removal and Chernikov's rule (module docstring).
+
+    ``constraints`` is the current system; :meth:`eliminate` projects one variable out and
+    returns False when the system turned out empty.
+    """
+
+    def __init__(self, cons: Iterable[Affine]) -> None:
+        rows = _normalize_rows((e, frozenset([k])) for k, e in enumerate(cons))
+        self.rows: list[Row] | None = rows
+        self.steps = 0
+        self.exact = True
+
+    @property
+    def constraints(self) -> list[Affine] | None:
+        return None if self.rows is None else [e for e, _ in self.rows]
+
+    def eliminate(self, name: str, limit: int | None = None) -> bool:
+        """Project ``name`` out; raises :class:`ProjectionTooLarge` past ``limit`` pairs."""
+        if self.rows is None:
+            return False
+        lows = [r for r in self.rows if r[0].coeff(name) > 0]
+        ups = [r for r in self.rows if r[0].coeff(name) < 0]
+        out = [r for r in self.rows if not r[0].coeff(name)]
+        if limit is not None and len(lows) * len(ups) > limit:
+            raise ProjectionTooLarge(
+                f"eliminating {name} pairs {len(lows)} lower with {len(ups)} upper bounds")
+        self.steps += 1
+        for lo, hl in lows:
+            for up, hu in ups:
+                hist = hl | hu
+                if len(hist) > self.steps + 1:
+                    continue  # Chernikov: implied by the other constraints
+                self.exact = self.exact and pair_is_exact(lo, up, name)
+                out.append((combine_pair(lo, up, name), hist))
+        self.rows = _normalize_rows(out)
+        return self.rows is not None

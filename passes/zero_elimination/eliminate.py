@@ -35,13 +35,14 @@ from tecomp import expr as E
 from tecomp.functor import fresh_name, substitute, walk
 from tecomp.solvers.affine import Affine
 from tecomp.solvers.inequalities import (
+    Projection,
     ProjectionTooLarge,
-    eliminate_inequalities,
     normalize_inequalities,
 )
 from tecomp.solvers.integer_system import solve_parametric
 
 from .bridge import AffineBridge, linear_condition
+from .digits import Pinned, pin_digits, split_digits
 from .terms import Term
 
 
@@ -130,9 +131,11 @@ def _atom_ranges(bridge: AffineBridge) -> list[Affine]:
         if isinstance(e, E.Mod):
             out += [a, Affine.constant(c - 1) - a]
             continue
-        inner = AffineBridge(set()).to_affine(e.a)  # floor division: c·a <= x <= c·a + c - 1
-        if inner is not None and all(v in bridge.atom_exprs or not v.startswith("_")
-                                     for v in inner.variables):
+        # floor division: c·a <= x <= c·a + c - 1, for an affine x free of atoms (a fresh
+        # bridge names its own atoms, which would collide with this bridge's names)
+        plain = AffineBridge(set())
+        inner = plain.to_affine(e.a)
+        if inner is not None and not plain.atom_exprs:
             out += [inner - a * c, a * c + (c - 1) - inner]
     return out
 
@@ -140,17 +143,16 @@ def _atom_ranges(bridge: AffineBridge) -> list[Affine]:
 def implied(c: Affine, context: list[Affine]) -> bool:
     """Whether ``c >= 0`` holds wherever every ``context`` inequality holds (FM test of
     ``context and c < 0`` for emptiness; a rational certificate, so never a wrong "yes")."""
-    cons: list[Affine] | None = list(context) + [-c - 1]
+    cons = list(context) + [-c - 1]
     names = sorted({v for a in cons for v in a.variables})
-    cons = normalize_inequalities(cons)
+    proj = Projection(cons)
     for v in names:
-        if cons is None:
-            return True
         try:
-            cons, _exact = eliminate_inequalities(cons, v, MAX_PAIRS)
+            if not proj.eliminate(v, MAX_PAIRS):
+                return True
         except ProjectionTooLarge:
             return False  # not proven
-    return cons is None
+    return proj.rows is None
 
 
 def solve_domain(term: Term, out_names: set[str], taken: set[str],
@@ -158,8 +160,47 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
     """Solve ``term``'s deltas and bound its domain; None when the term is identically 0.
 
     ``context`` holds inequalities known to hold for the output variables (their box);
-    guard conditions they imply are dropped.
+    guard conditions they imply are dropped.  Where summation variables are used through
+    ``//``/``%`` windows (:mod:`.digits`), the term is also solved over their digits, and
+    that form is kept when it leaves fewer summation loops (a bit reversal: none instead
+    of ``L - 1``), or when the plain elimination gives up.
     """
+    plain_taken = set(taken)
+    try:
+        plain = _solve(term, plain_taken, context)
+        failed: Unbounded | None = None
+    except Unbounded as err:
+        plain, failed = None, err
+    if failed is None and (plain is None or not plain.axes):
+        taken |= plain_taken
+        return plain
+    digit_taken = set(taken)
+    split = split_digits(term, digit_taken)
+    dom = None
+    if split is not None:
+        try:
+            dom = _solve(split.term, digit_taken, context, pin=True)
+        except Unbounded:
+            dom = None
+    better = dom is not None and (failed is not None or len(dom.axes) < len(plain.axes))
+    if split is None or not better:
+        if failed is not None:
+            raise failed
+        taken |= plain_taken
+        return plain
+    assert dom is not None
+    taken |= digit_taken
+    digits = {v for value in split.values.values() for v in walk(value) if isinstance(v, E.Var)}
+    dom.mapping = {v: substitute(value, dom.mapping) for v, value in split.values.items()} | {
+        v: x for v, x in dom.mapping.items() if v not in digits}
+    dom.notes.append("solved over mixed-radix digits")
+    return dom
+
+
+def _solve(term: Term, taken: set[str], context: list[Affine] | None,
+           pin: bool = False) -> Domain | None:
+    """:func:`solve_domain` for one form of the term; ``pin`` applies the mixed-radix rule
+    (:func:`.digits.pin_digits`) before the Smith normal form."""
     unknown_vars = [ax.var for ax in term.axes]
     bridge = AffineBridge({v.name for v in unknown_vars})
     eqs: list[Affine] = []
@@ -198,6 +239,10 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
     unknowns = [v.name for v in unknown_vars] + bridge.new_unknowns
 
     guard: list[E.Expr] = []
+    pinned = Pinned({}, [], [])
+    if pin:
+        eqs, ineqs, unknowns, pinned = pin_digits(eqs, ineqs, unknowns, bridge)
+        guard += pinned.conditions
     # -- 1. equations: unknowns = particular / den + kernel . t
     t_names: list[str] = []
     subst: dict[str, tuple[Affine, int]] = {}
@@ -221,6 +266,8 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
         for u in unknowns:
             subst[u] = (Affine.var(u), 1)
             t_names.append(u)
+    for u, value in pinned.values.items():
+        subst[u] = (value, 1)
 
     # -- 2. inequalities in t (scaled by the denominators), projected inner to outer
     cons: list[Affine] = []
@@ -246,7 +293,10 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
     # per-level bounds already decide, so they need no guard)
     given = [c for c in cons if not set(c.variables) & set(t_names)]
     bounds: dict[str, tuple[list[tuple[Affine, int]], list[tuple[Affine, int]]]] = {}
+    proj = Projection(cons)
     for name in reversed(t_names):
+        cons = proj.constraints
+        assert cons is not None
         lows, ups = [], []
         for c in cons:
             a = c.coeff(name)
@@ -257,14 +307,14 @@ def solve_domain(term: Term, out_names: set[str], taken: set[str],
                 ups.append((rest, -a))  # name <= floor(rest / -a)
         bounds[name] = (lows, ups)
         try:
-            projected, _exact = eliminate_inequalities(cons, name, MAX_PAIRS)
+            if not proj.eliminate(name, MAX_PAIRS):
+                return None
         except ProjectionTooLarge as err:
             raise Unbounded(str(err)) from None
-        if projected is None:
-            return None
-        cons = projected
+    cons = proj.constraints
+    assert cons is not None
     if context is not None:
-        context = context + _atom_ranges(bridge)
+        context = context + _atom_ranges(bridge) + pinned.facts
     for c in given:
         if context is not None and implied(c, context):
             continue
