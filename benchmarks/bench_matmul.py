@@ -2,7 +2,7 @@
 schedule before the register-tiled micro-kernel) against NumPy's BLAS, timed round-robin in
 one process.
 
-    python -m benchmarks.bench_matmul [--sizes 256 512 1024 2048] [--reps 7] [--old]
+    python -m benchmarks.bench_matmul [--sizes 256 512 1024 2048] [--reps 7] [--old] [--no-pack]
 
 The script re-runs itself in a child process whose environment lacks ``OPENBLAS_CORETYPE``
 and ``OPENBLAS_L2_SIZE`` (so OpenBLAS picks its kernel for this CPU itself; the parent's
@@ -83,6 +83,8 @@ def run(argv: Sequence[str]) -> int:
     ap.add_argument("--sample-ms", type=float, default=30.0)
     ap.add_argument("--old", action="store_true",
                     help="also time the schedule without the micro-kernel (gemm=False)")
+    ap.add_argument("--no-pack", action="store_true",
+                    help="also time the schedule without panel packing (pack=False)")
     args = ap.parse_args(argv)
     threadpool_limits(1)
     for lib in threadpool_info():
@@ -94,6 +96,11 @@ def run(argv: Sequence[str]) -> int:
         def old(func, **options):
             return schedule_cpu(func, gemm=False, **options)
         schedules["tecomp old"] = Schedule(old, schedules["tecomp"].version + "-old")
+    if args.no_pack:
+        def unpacked(func, **options):
+            return schedule_cpu(func, pack=False, **options)
+        schedules["tecomp no-pack"] = Schedule(unpacked,
+                                               schedules["tecomp"].version + "-no-pack")
     names = [*schedules, "numpy"]
     print("| n | " + " | ".join(f"{n} ms (GFLOP/s)" for n in names) + " |")
     print("|---|" + "---|" * len(names))

@@ -27,6 +27,8 @@ Statements (the conventions of :mod:`tecomp.loopir`):
   in the entry block (mem2reg promotes scalars to registers); a larger or symbolic one is a
   pooled argument when :func:`pooled_buffers` lists it (outside every loop), else it is
   ``malloc``-ed before the body and ``free``-d after it.
+* ``For(kind="lanes")`` (iterations independent, a constant count) runs each statement for
+  all iterations at once as vector operations where :mod:`.lanes` can, else serially.
 * ``IfThenElse`` branches, ``Seq`` runs in order, ``LetStmt`` binds an SSA value.
 
 Expressions are emitted by :class:`.emit_expr.ExprEmitter`.
@@ -175,6 +177,11 @@ class StmtEmitter(ExprEmitter):
 
             emit_parallel_for(self, s)
             return
+        if s.kind == "lanes":
+            from .lanes import emit_lanes
+
+            if emit_lanes(self, s):
+                return
         red = minmax_reduction(s)
         if red is not None:
             self._minmax_loop(s, red)

@@ -54,7 +54,7 @@ def test_block_sizes_follow_the_cache_formulas():
 
 def test_matmul_is_blocked_in_every_dimension():
     func, _ = lower_program(*_matmul(21, 45, 23))
-    out = block_caches(func, TINY).body
+    out = block_caches(func, TINY, pack=False).body
     assert isinstance(out, For) and out.kind == "parallel" and out.step == 12
     steps: dict[str, set[int]] = {}
     for x in _loops(out):
@@ -90,12 +90,13 @@ def _random_case(rng: np.random.Generator):
     return list(tc.gradient(Y, [X, W], head=H)), [X, W, H], [n, k, m, "dense grad"]
 
 
+@pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("seed", range(12))
-def test_blocked_programs_are_bit_identical_in_the_interpreter(seed):
+def test_blocked_programs_are_bit_identical_in_the_interpreter(seed, pack):
     rng = np.random.default_rng(seed)
     outs, ins, sizes = _random_case(rng)
     func, consts = lower_program(outs, ins)
-    blocked = block_caches(func, TINY)
+    blocked = block_caches(func, TINY, pack=pack)
     assert blocked is not func, sizes
     arrays = random_inputs(ins, rng)
     got = run(blocked, arrays, constants=consts)
@@ -113,8 +114,9 @@ def _kernel(func):
     return Kernel(func, compile_function(func, disk=None), target="llvm")
 
 
+@pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_compiled_blocked_kernels_match_the_evaluator(seed, monkeypatch):
+def test_compiled_blocked_kernels_match_the_evaluator(seed, pack, monkeypatch):
     from tecomp.codegen import kernel as kernel_mod
 
     monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)  # thread even tiny calls
@@ -123,7 +125,7 @@ def test_compiled_blocked_kernels_match_the_evaluator(seed, monkeypatch):
     func, consts = lower_program(outs, ins)
     assert not consts
     assert block_caches(func, TINY) is not func, sizes
-    kernel = _kernel(schedule_cpu(func, host=TINY))
+    kernel = _kernel(schedule_cpu(func, host=TINY, pack=pack))
     arrays = random_inputs(ins, rng)
     want = tc.evaluate(outs, dict(zip(ins, arrays)))
     for threads in (1, 2):
@@ -155,3 +157,55 @@ def test_symbolic_sizes_compile_and_match(monkeypatch):
             kernel.threads = threads
             np.testing.assert_allclose(kernel(a, b), a.astype(np.float64) @ b, rtol=1e-5,
                                        atol=1e-5, err_msg=f"{rows}x{inner}x{cols}")
+
+
+def test_register_tiles_hold_the_accumulators_in_lane_loops():
+    from tecomp.passes.schedule.cpu.microkernel import tile_shape
+
+    host = describe()
+    mr, nr = tile_shape(host, 4)
+    func, _ = lower_program(*_matmul(3 * mr + 1, 70, 2 * nr + 5))
+    body = block_caches(func, host).body
+    loops = list(_loops(body))
+    lanes = [x for x in loops if x.kind == "lanes"]
+    assert lanes and all(int(x.hi.value) == host.lanes(4) for x in lanes)
+    text = str(body)
+    assert f"acc: float32[{mr}, {nr}] (local)" in text  # the tile, in registers
+    assert "B_panel: float32[" in text  # the packed operand, micro-panel order
+
+
+def _odd_contractions(rng, dtype):
+    n, k, m = (int(x) for x in rng.integers(40, 110, size=3))
+    A = tc.placeholder((n, k), name="A", dtype=dtype)
+    B = tc.placeholder((k, m), name="B", dtype=dtype)
+    Bt = tc.placeholder((m, k), name="Bt", dtype=dtype)
+    r = tc.reduce_axis(k, name="r")
+    C = tc.compute((n, m), lambda i, j: tc.sum(A[i, r] * B[r, j], axis=r), name="C")
+    D = tc.compute((n, m), lambda i, j: tc.sum(A[i, r] * Bt[j, r] * 0.5, axis=r), name="D")
+    H = tc.placeholder((n, m), name="H", dtype=dtype)
+    grads = list(tc.gradient(D, [A, Bt], head=H))
+    return [C, D] + grads, [A, B, Bt, H], (n, k, m)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("seed", range(3))
+def test_register_tiled_kernels_match_the_evaluator(seed, dtype, monkeypatch):
+    """The host's own tile shape, odd sizes (tails of rows, columns and the reduction),
+    a transposed operand and a dense layer's gradients, 1 and 2 threads."""
+    from tecomp.codegen import kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    rng = np.random.default_rng(300 + seed)
+    outs, ins, sizes = _odd_contractions(rng, dtype)
+    func, consts = lower_program(outs, ins)
+    scheduled = schedule_cpu(func)
+    assert any(x.kind == "lanes" for x in _loops(scheduled.body)), sizes
+    kernel = _kernel(scheduled)
+    arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
+    want = tc.evaluate(outs, dict(zip(ins, arrays)))
+    tol = 1e-4 if dtype == "float32" else 1e-11
+    for threads in (1, 2):
+        kernel.threads = threads
+        for g, w in zip(kernel(*arrays), want):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
+                                       err_msg=f"sizes {sizes}, {threads} thread(s)")

@@ -51,10 +51,18 @@ from dataclasses import replace
 from tecomp import expr as E
 from tecomp.functor import fresh_name
 from tecomp.host import Host
-from tecomp.loopir import For, LoweredFunc, Seq, Stmt
-from tecomp.stmt_functor import bound_names, map_loops
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt, Store
+from tecomp.stmt_functor import (
+    bound_names,
+    expr_children,
+    expr_vars,
+    map_loops,
+    rebuild_expr,
+    walk_expr,
+)
 
-from .tile import const_extent, match_row_loop, unroll_rows
+from .microkernel import micro_tiles, pack_panel, tile_shape
+from .tile import const_extent, match_row_loop, seq, unroll_rows
 
 #: bytes of an element, by dtype (others: 4)
 _BYTES = {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
@@ -75,18 +83,40 @@ def block_sizes(host: Host, itemsize: int, rows: int, factor: int,
     return mc, kc, nc
 
 
+def micro_block_sizes(host: Host, itemsize: int, mr: int, nr: int, cores: int = 1,
+                      m: int | None = None) -> tuple[int, int, int]:
+    """``(mc, kc, nc)`` around an ``mr x nr`` register tile (:mod:`.microkernel`)::
+
+        kc = L1 / (2 mr e)          64 to 384, a multiple of 8: a tile's slice of A (mr x
+                                    kc), reused by every tile of the row, in half of L1;
+                                    the packed panel streams through the other half
+        nc = L2 / (2 kc e)          a multiple of nr: the packed kc x nc panel in half of L2
+        mc = L3 / (4 kc e)          a multiple of mr, at most 60 tiles; whole blocks for
+                                    every core as in :func:`block_sizes`
+    """
+    kc = max(64, min(384, host.l1d // (2 * mr * itemsize)) // 8 * 8)
+    nc = max(nr, host.l2 // (2 * kc * itemsize) // nr * nr)
+    l3 = host.l3 if host.l3 > 0 else host.l2
+    mc = max(mr, min(60 * mr, l3 // (4 * kc * itemsize)) // mr * mr)
+    if m is not None and cores > 1:
+        blocks = _cdiv(_cdiv(m, mc), cores) * cores
+        mc = max(mr, _cdiv(_cdiv(m, blocks), mr) * mr)
+    return mc, kc, nc
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 def block_caches(func: LoweredFunc, host: Host, *, rows: int = 4, factor: int = 4,
-                 max_full: int = 8, threads: bool = True) -> LoweredFunc:
+                 max_full: int = 8, threads: bool = True, pack: bool = True) -> LoweredFunc:
     """Cache-block the "i, k, j" sums of ``func`` and register-block them as
-    :func:`.tile.block_rows` does (see the module doc)."""
+    :func:`.tile.block_rows` does (see the module doc); ``pack`` copies each ``kc x nc``
+    panel of the operand that does not depend on the row into a contiguous buffer."""
     names = bound_names(func.body) | {p.name for p in func.params}
 
     def rewrite(loop: For) -> Stmt | None:
-        return _blocked(loop, host, rows, factor, max_full, threads, names)
+        return _blocked(loop, host, rows, factor, max_full, threads, names, pack)
 
     body = map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
@@ -98,8 +128,35 @@ def _fresh(base: str, names: set[str], dtype: str) -> E.Var:
     return E.Var(name, dtype)
 
 
+def _panel_reads(st: Store, i: E.Var, k: E.Var, j: E.Var) -> list[BufferLoad]:
+    """The reads of ``st``'s value that move with ``k`` and ``j`` but not with the row ``i``
+    (``B[k, j]``, or ``B[j, k]`` of a transposed product), from buffers the nest does not
+    write: the operand whose panel every block of rows streams again."""
+    out: list[BufferLoad] = []
+    for x in walk_expr(st.value):
+        if not isinstance(x, BufferLoad) or x in out:
+            continue
+        used = expr_vars(x)
+        if i in used or k not in used or j not in used:
+            continue
+        if any(isinstance(y, BufferLoad) and y.buffer == st.buffer for y in walk_expr(x)):
+            continue
+        out.append(x)
+    return [x for x in out if not any(x is not y and x in set(walk_expr(y)) for y in out)]
+
+
+def _replace(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
+    if e == old:
+        return new
+    kids = expr_children(e)
+    if not kids:
+        return e
+    got = tuple(_replace(x, old, new) for x in kids)
+    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
+
+
 def _blocked(loop: For, host: Host, rows: int, factor: int, max_full: int, threads: bool,
-             names: set[str]) -> Stmt | None:
+             names: set[str], pack: bool = True) -> Stmt | None:
     m = match_row_loop(loop)
     if m is None:
         return None
@@ -112,12 +169,18 @@ def _blocked(loop: For, host: Host, rows: int, factor: int, max_full: int, threa
     jext = const_extent(inner.lo, inner.hi)
     if kext is not None and kext <= max_full:
         return None  # a short window (a convolution's): block_rows unrolls it completely
-    if kext is not None and jext is not None and kext * jext * itemsize <= host.l2 // 2:
-        return None
     iext = const_extent(loop.lo, loop.hi)
     cores = host.cores if threads and loop.kind == "parallel" else 1
-    mc, kc_, nc = block_sizes(host, itemsize, rows, factor, cores, iext)
+    if pack and st.buffer.dtype in ("float32", "float64"):
+        mr, nr = tile_shape(host, itemsize)
+        if (iext is None or iext >= mr) and (jext is None or jext >= nr):
+            micro = _micro_blocked(loop, init, kloop, inner, st, host, cores, iext, names)
+            if micro is not None:
+                return micro
+    if kext is not None and jext is not None and kext * jext * itemsize <= host.l2 // 2:
+        return None
     i, k, j = loop.var, kloop.var, inner.var
+    mc, kc_, nc = block_sizes(host, itemsize, rows, factor, cores, iext)
     ic = _fresh(f"{i.name}c", names, i.dtype)
     kc = _fresh(f"{k.name}c", names, k.dtype)
     jc = _fresh(f"{j.name}c", names, j.dtype)
@@ -126,11 +189,66 @@ def _blocked(loop: For, host: Host, rows: int, factor: int, max_full: int, threa
         return E.minimum(E.add(v, E.Const(n, v.dtype)), hi)
 
     ihi = upto(ic, mc, loop.hi)
-    jloop = replace(inner, lo=jc, hi=upto(jc, nc, inner.hi))
-    kslice = replace(kloop, lo=kc, hi=upto(kc, kc_, kloop.hi), body=jloop)
+    khi, jhi = upto(kc, kc_, kloop.hi), upto(jc, nc, inner.hi)
+    packs: list[Stmt] = []
+    panels: list[Buffer] = []
+    for x in _panel_reads(st, i, k, j) if pack else []:
+        # the panel read again by every block of rows, copied once per (kc, jc) block into
+        # contiguous memory: unit stride along j, no cache-set conflicts between its rows
+        # (a row stride of 4 or 8 KiB maps every row of B onto the same L1 and L2 sets)
+        buf = Buffer(fresh_name(f"{x.buffer.name}_panel", names),
+                     (E.Const(kc_, "int64"), E.Const(nc, "int64")), x.dtype, "temp")
+        names.add(buf.name)
+        at = (E.sub(k, kc), E.sub(j, jc))
+        packs.append(For(k, kc, khi, For(j, jc, jhi, Store(buf, at, x))))
+        st = replace(st, value=_replace(st.value, x, BufferLoad(buf, at, x.dtype)))
+        panels.append(buf)
+    jloop = replace(inner, lo=jc, hi=jhi, body=st)
+    kslice = replace(kloop, lo=kc, hi=khi, body=jloop)
     rowloop = For(i, ic, ihi, kslice)
     tile = unroll_rows(rowloop, None, [kslice], jloop, st, rows, factor, max_full) or rowloop
     slices = For(jc, inner.lo, inner.hi,
-                 For(kc, kloop.lo, kloop.hi, tile, step=kc_), step=nc)
+                 For(kc, kloop.lo, kloop.hi, seq(packs + [tile]), step=kc_), step=nc)
     zero = For(i, ic, ihi, init)
-    return For(ic, loop.lo, loop.hi, Seq((zero, slices)), step=mc, kind=loop.kind)
+    body: Stmt = Seq((zero, slices))
+    for buf in panels:  # one panel per row block: per thread when the row loop is parallel
+        body = Allocate(buf, body)
+    return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)
+
+
+def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host: Host,
+                   cores: int, iext: int | None, names: set[str]) -> Stmt | None:
+    """The blocked nest of the module doc with packed panels and register tiles
+    (:mod:`.microkernel`) inside each block; None when the tile is not a vector lane loop."""
+    itemsize = _BYTES.get(st.buffer.dtype, 4)
+    mr, nr = tile_shape(host, itemsize)
+    mc, kc_, nc = micro_block_sizes(host, itemsize, mr, nr, cores, iext)
+    i, k, j = loop.var, kloop.var, inner.var
+    trial = set(names)
+    ic = _fresh(f"{i.name}c", trial, i.dtype)
+    kc = _fresh(f"{k.name}c", trial, k.dtype)
+    jc = _fresh(f"{j.name}c", trial, j.dtype)
+
+    def upto(v: E.Var, n: int, hi: E.Expr) -> E.Expr:
+        return E.minimum(E.add(v, E.Const(n, v.dtype)), hi)
+
+    ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, inner.hi)
+    panels = []
+    for x in _panel_reads(st, i, k, j):
+        buf = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
+                     (E.Const(nc // nr, "int64"), E.Const(kc_, "int64"), E.Const(nr, "int64")),
+                     x.dtype, "temp")
+        trial.add(buf.name)
+        panels.append((x, buf))
+    tiles = micro_tiles(st, i, k, j, ic, ihi, kc, khi, jc, jhi, mr, nr,
+                        host.lanes(itemsize), panels, trial, _replace)
+    if tiles is None:
+        return None
+    names |= trial
+    packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names) for x, buf in panels]
+    slices = For(jc, inner.lo, inner.hi,
+                 For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
+    body: Stmt = Seq((For(i, ic, ihi, init), slices))
+    for _, buf in panels:  # one panel per row block: per thread when the row loop is parallel
+        body = Allocate(buf, body)
+    return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)

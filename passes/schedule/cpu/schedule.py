@@ -55,9 +55,11 @@ from tecomp.stmt_functor import bound_names
 
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
-                 host: Host | None = None, gemm: bool = True) -> LoweredFunc:
+                 host: Host | None = None, gemm: bool = True,
+                 pack: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: with ``gemm``, cache blocking of large "i, k,
-    j" sums (:func:`.gemm.block_caches`), register blocking of the others
+    j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
+    to contiguous memory), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
     (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
@@ -82,7 +84,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
 
     host = describe() if host is None else host
     if gemm:
-        func = block_caches(func, host, threads=threads)
+        func = block_caches(func, host, threads=threads, pack=pack)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
     return fuse_parallel(func) if threads else func

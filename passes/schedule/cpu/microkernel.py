@@ -1,0 +1,145 @@
+"""The register-blocked micro-kernel of the CPU GEMM schedule (BLIS's micro-kernel).
+
+Inside one ``kc x nc`` block of :func:`.gemm.block_caches`, the ``mr x nr`` tiles of ``C``
+are computed one at a time with the tile held in registers over the whole ``kc`` slice
+(Goto & van de Geijn, "Anatomy of high-performance matrix multiplication", 2008, section 5;
+Van Zee & van de Geijn, "BLIS", 2015, the micro-kernel)::
+
+    for (i0, ic, <whole tiles of mr>, step mr) {
+      for (j0, jc, <whole tiles of nr>, step nr) {
+        allocate acc: T[mr, nr] (local) {
+          lanes for (jj, 0, nr) { acc[r, jj] = C[i0 + r, j0 + jj] }             r < mr
+          for (k, kc, khi) {
+            lanes for (jj, 0, nr) { acc[r, jj] = acc[r, jj] + v(i0 + r, k, j0 + jj) } }
+          lanes for (jj, 0, nr) { C[i0 + r, j0 + jj] = acc[r, jj] } } }
+      <the columns past the whole tiles, mr rows at a time, the j loop innermost>
+    }
+    for (i0, <rows past the whole tiles>) { <the same with 1 x nr tiles> }
+
+``lanes`` loops (:mod:`tecomp.lanes`, one vector register wide; each row of the tile is
+``nr / lanes`` statements) are emitted as vector operations: ``acc`` lives in
+``mr * nr / lanes`` vector registers, each ``k`` loads ``nr / lanes`` vectors of the packed
+panel, broadcasts ``mr`` elements of ``A`` and issues ``mr * nr / lanes`` fused multiply-adds.
+The tile fills most of the vector register file: ``nr = 2`` vectors and ``mr`` rows such
+that ``2 mr + 3 <= registers``, at most 8: 8 x 32 float32 with 32 AVX-512 registers (16
+accumulators; 12 rows measured slower, by 7% at n = 1024 and 30% at n = 512, where 12 also
+leaves a tail of rows), 6 x 16 with 16 AVX2 registers (BLIS's Haswell shape).
+
+The shared operand (``B[k, j]``) is packed per block in micro-panel order, ``panel[(j - jc)
+// nr, k - kc, (j - jc) % nr]``, so that the tile streams ``kc x nr`` contiguous elements.
+
+Legality: each ``C[i, j]`` still receives its own terms in increasing ``k`` as one chain of
+additions (the accumulator starts from ``C``'s partial sum of the earlier slices), so the
+result equals the scalar nest's up to the fused multiply-adds the fast-math flags allow.
+The lanes of a tile are distinct columns of ``C``, so they are independent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.functor import fresh_name
+from tecomp.host import Host
+from tecomp.lanes import vector_form
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
+from tecomp.stmt_functor import subst_expr
+
+from .tile import plus, split_end
+
+
+def vector_registers(host: Host) -> int:
+    """Vector registers of the host's instruction set (32 with AVX-512 or NEON, else 16)."""
+    feats = set(host.features.split(","))
+    return 32 if {"+avx512f", "+neon", "+sve"} & feats else 16
+
+
+def tile_shape(host: Host, itemsize: int) -> tuple[int, int]:
+    """``(mr, nr)``: ``nr`` two vectors, ``mr`` rows filling the registers (module doc)."""
+    nr = 2 * host.lanes(itemsize)
+    mr = max(1, min(8, (vector_registers(host) - 3) // 2))
+    return mr, nr
+
+
+def _var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
+    name = fresh_name(base, names)
+    names.add(name)
+    return E.Var(name, dtype)
+
+
+def _const(n: int) -> E.Const:
+    return E.Const(n, "int64")
+
+
+def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E.Expr,
+               jc: E.Var, jhi: E.Expr, nr: int, names: set[str]) -> Stmt:
+    """Copy the read ``x`` (of ``k`` and ``j``) over the block into ``buf`` in micro-panel
+    order: strip ``jb`` holds columns ``jc + jb*nr ...``, row ``k - kc``, unit stride."""
+    jb, jj = _var("jb", names), _var("jj", names)
+    col = E.add(jc, E.add(E.mul(jb, _const(nr)), jj))
+    strips = E.floordiv(E.add(E.sub(jhi, jc), _const(nr - 1)), _const(nr))
+    width = E.minimum(_const(nr), E.sub(E.sub(jhi, jc), E.mul(jb, _const(nr))))
+    copy = Store(buf, (jb, E.sub(k, kc), jj), subst_expr(x, {j: col}))
+    return For(jb, _const(0), strips, For(k, kc, khi, For(jj, _const(0), width, copy)))
+
+
+def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
+                kc: E.Var, khi: E.Expr, jc: E.Var, jhi: E.Expr, mr: int, nr: int,
+                width: int, panels: list[tuple[BufferLoad, Buffer]], names: set[str],
+                replace_read) -> Stmt | None:
+    """One block's computation as register tiles (module doc), or None when the tile's
+    update is not a lane loop the backend emits as vectors.  ``st`` is the update
+    ``C[.., i, .., j] += v(i, k, j)``; ``width`` the lanes of one vector register (``nr``
+    a multiple of it); ``panels`` the packed reads and their buffers;
+    ``replace_read(e, old, new)`` replaces a sub-expression."""
+    i0, j0, jj = _var(f"{i.name}0", names), _var(f"{j.name}0", names), _var("jj", names)
+    dt = st.buffer.dtype
+    iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
+
+    def value_at(col: E.Expr, strip: E.Expr, lane: E.Expr) -> E.Expr:
+        """The update's value at column ``col``, held at ``lane`` of the panel's ``strip``."""
+        v = st.value
+        for x, buf in panels:
+            v = replace_read(v, x, BufferLoad(buf, (strip, E.sub(k, kc), lane), x.dtype))
+        return subst_expr(v, {j: col})
+
+    tile_value = value_at(E.add(j0, jj), E.floordiv(E.sub(j0, jc), _const(nr)), jj)
+
+    def lanes(items: list[Stmt]) -> For:
+        return For(jj, _const(0), _const(width), Seq(tuple(items)), kind="lanes")
+
+    def tile(rows: int) -> tuple[Stmt, For, For]:
+        acc = Buffer(fresh_name("acc", names), (_const(rows), _const(nr)), dt, "local")
+        names.add(acc.name)
+        loads, updates, stores = [], [], []
+        for r in range(rows):
+            for h in range(0, nr, width):  # one statement per vector register of the tile
+                lane = plus(jj, h)
+                row = {i: plus(i0, r), jj: lane}
+                dst = tuple(subst_expr(e, row | {j: E.add(j0, lane)}) for e in st.indices)
+                here = (_const(r), lane)
+                loads.append(Store(acc, here, BufferLoad(st.buffer, dst, dt)))
+                updates.append(Store(acc, here, E.add(BufferLoad(acc, here, dt),
+                                                      subst_expr(tile_value, row))))
+                stores.append(Store(st.buffer, dst, BufferLoad(acc, here, dt)))
+        update, first = lanes(updates), lanes(loads)
+        body = Allocate(acc, Seq((first, For(k, kc, khi, update), lanes(stores))))
+        return body, update, first
+
+    def columns_past_tiles(rows: int) -> Stmt:
+        # j in [jend, jhi): the panel's strip (jend - jc) // nr, lane j - jend; affine in j
+        v = value_at(j, E.floordiv(E.sub(jend, jc), _const(nr)), E.sub(j, jend))
+        return For(k, kc, khi, For(j, jend, jhi, Seq(tuple(
+            replace(st, indices=tuple(subst_expr(e, {i: plus(i0, r)}) for e in st.indices),
+                    value=subst_expr(v, {i: plus(i0, r)}))
+            for r in range(rows)))))
+
+    full_tile, update, first = tile(mr)
+    if vector_form(update) is None or vector_form(first) is None:
+        return None
+    row_tile, _, _ = tile(1)
+    full = For(i0, ic, iend, Seq((For(j0, jc, jend, full_tile, step=nr),
+                                  columns_past_tiles(mr))), step=mr)
+    rest = For(i0, iend, ihi, Seq((For(j0, jc, jend, row_tile, step=nr),
+                                   columns_past_tiles(1))))
+    return Seq((full, rest))

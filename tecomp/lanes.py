@@ -1,0 +1,99 @@
+"""Lane loops in the loop IR: ``For(kind="lanes")``.
+
+A loop of ``kind="lanes"`` with a constant trip count ``L`` (2 to 64) is a schedule's promise
+that its iterations are independent: no iteration reads or writes an element that another
+iteration writes.  Its statements may then run one after another, each for all ``L``
+iterations at once, as vector operations.  The CPU schedule uses it for register tiles
+(:mod:`tecomp.passes.schedule.cpu.gemm`); the LLVM backend emits it
+(:mod:`tecomp.codegen.llvm.lanes`).
+
+:func:`vector_form` says when a lane loop has the form a backend emits as vectors: every
+statement a store (plain or ``sum``) of float32/float64 whose last index is ``lane + (terms
+free of the lane)`` and whose other indices do not use the lane, with a value built from
+float ``+ - * /`` and negation of reads of that same form and of expressions free of the
+lane (broadcast to every lane).  Any other lane loop runs as the serial loop it also is.
+"""
+
+from __future__ import annotations
+
+from . import expr as E
+from .loopir import BufferLoad, For, Seq, Store
+from .stmt_functor import expr_vars as free_vars
+
+__all__ = ["OPS", "lane_count", "vector_form"]
+
+_FLOAT = ("float32", "float64")
+OPS = {E.Add: "fadd", E.Sub: "fsub", E.Mul: "fmul", E.Div: "fdiv"}
+
+
+def lane_count(s: For) -> int | None:
+    """The constant trip count of ``s`` (``hi - lo``), when the lanes rule can use it."""
+    lo, hi = s.lo, s.hi
+    if s.step != 1:
+        return None
+    if isinstance(lo, E.Const) and isinstance(hi, E.Const):
+        n = int(hi.value) - int(lo.value)
+    elif isinstance(hi, E.Add) and hi.a == lo and isinstance(hi.b, E.Const):
+        n = int(hi.b.value)
+    else:
+        return None
+    return n if 2 <= n <= 64 else None
+
+
+def _coefficient(e: E.Expr, v: E.Var) -> int | None:
+    """0 when ``e`` does not use ``v``, 1 when it is ``v + (terms free of v)``, else None."""
+    if v not in free_vars(e):
+        return 0
+    if e == v:
+        return 1
+    if isinstance(e, E.Add):
+        a, b = _coefficient(e.a, v), _coefficient(e.b, v)
+        return None if a is None or b is None or a + b != 1 else 1
+    if isinstance(e, E.Sub):
+        a, b = _coefficient(e.a, v), _coefficient(e.b, v)
+        return 1 if a == 1 and b == 0 else None
+    return None
+
+
+def _contiguous(indices: tuple[E.Expr, ...], v: E.Var) -> bool:
+    return bool(indices) and _coefficient(indices[-1], v) == 1 and all(
+        _coefficient(x, v) == 0 for x in indices[:-1])
+
+
+def _vectorisable(e: E.Expr, v: E.Var, dtype: str) -> bool:
+    if v not in free_vars(e):
+        return True
+    if e.dtype != dtype:
+        return False
+    if isinstance(e, BufferLoad):
+        return e.buffer.dtype == dtype and _contiguous(e.indices, v)
+    if type(e) in OPS:
+        return _vectorisable(e.a, v, dtype) and _vectorisable(e.b, v, dtype)
+    if isinstance(e, E.Neg):
+        return _vectorisable(e.a, v, dtype)
+    return False
+
+
+def _stores(s: For) -> list[Store] | None:
+    body = s.body
+    items = list(body.stmts) if isinstance(body, Seq) else [body]
+    if not all(isinstance(x, Store) for x in items):
+        return None
+    return items  # type: ignore[return-value]
+
+
+def vector_form(s: For) -> tuple[int, list[Store]] | None:
+    """``(lanes, stores)`` when :func:`emit_lanes` can emit ``s`` as vector operations."""
+    n = lane_count(s)
+    stores = _stores(s) if n is not None else None
+    if n is None or stores is None:
+        return None
+    for st in stores:
+        dt = st.buffer.dtype
+        if dt not in _FLOAT or st.reduce not in (None, "sum"):
+            return None
+        if not _contiguous(st.indices, s.var) or not _vectorisable(st.value, s.var, dt):
+            return None
+    return n, stores
+
+
