@@ -10,8 +10,11 @@ iterations at once, as vector operations.  The CPU schedule uses it for register
 :func:`vector_form` says when a lane loop has the form a backend emits as vectors: every
 statement a store (plain or ``sum``) of float32/float64 whose last index is ``lane + (terms
 free of the lane)`` and whose other indices do not use the lane, with a value built from
-float ``+ - * /`` and negation of reads of that same form and of expressions free of the
-lane (broadcast to every lane).  Any other lane loop runs as the serial loop it also is.
+float ``+ - * /``, ``min``/``max`` (NaN-propagating), negation and ``select`` on per-lane
+conditions (comparisons of lane indices such as a causal mask's ``j0 + jj <= i``, or of
+such floats) of reads of that same form and of expressions free of the lane (broadcast to
+every lane).  Any other lane loop
+runs as the serial loop it also is.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from . import expr as E
 from .loopir import BufferLoad, For, Seq, Store
 from .stmt_functor import expr_vars as free_vars
 
-__all__ = ["OPS", "lane_count", "vector_form"]
+__all__ = ["OPS", "lane_count", "lane_index", "vector_form"]
 
 _FLOAT = ("float32", "float64")
 OPS = {E.Add: "fadd", E.Sub: "fsub", E.Mul: "fmul", E.Div: "fdiv"}
@@ -67,11 +70,34 @@ def _vectorisable(e: E.Expr, v: E.Var, dtype: str) -> bool:
         return False
     if isinstance(e, BufferLoad):
         return e.buffer.dtype == dtype and _contiguous(e.indices, v)
-    if type(e) in OPS:
+    if type(e) in OPS or isinstance(e, (E.Max, E.Min)):
         return _vectorisable(e.a, v, dtype) and _vectorisable(e.b, v, dtype)
     if isinstance(e, E.Neg):
         return _vectorisable(e.a, v, dtype)
+    if isinstance(e, E.Select):
+        return (_condition(e.cond, v) and _vectorisable(e.t, v, dtype)
+                and _vectorisable(e.f, v, dtype))
     return False
+
+
+def _condition(e: E.Expr, v: E.Var) -> bool:
+    """A per-lane condition: comparisons of integer lane indices (``j0 + jj <= i``) or of
+    vectorisable floats, joined by ``&``/``|``."""
+    if v not in free_vars(e):
+        return True
+    if isinstance(e, (E.And, E.Or)):
+        return _condition(e.a, v) and _condition(e.b, v)
+    if not isinstance(e, E.CmpOp):
+        return False
+    if e.a.dtype == "int64" and e.b.dtype == "int64":
+        return _coefficient(e.a, v) is not None and _coefficient(e.b, v) is not None
+    return (e.a.dtype == e.b.dtype and e.a.dtype in _FLOAT
+            and _vectorisable(e.a, v, e.a.dtype) and _vectorisable(e.b, v, e.b.dtype))
+
+
+def lane_index(e: E.Expr, v: E.Var) -> int | None:
+    """The coefficient (0 or 1) of the lane ``v`` in the integer index ``e``, or None."""
+    return _coefficient(e, v)
 
 
 def _stores(s: For) -> list[Store] | None:

@@ -106,7 +106,11 @@ def declare(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> 
 def intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], flags: tuple = ()) -> ir.Value:
     """Call the overloaded intrinsic ``llvm.<name>`` on float/double/int arguments."""
     t = args[0].type
-    suffix = {F32: "f32", F64: "f64", I32: "i32", I64: "i64"}[t]
+    names = {F32: "f32", F64: "f64", I32: "i32", I64: "i64"}
+    if isinstance(t, ir.VectorType):  # a vector of those: "v16f32"
+        suffix = f"v{t.count}{names[t.element]}"
+    else:
+        suffix = names[t]
     fn = declare(b.module, f"llvm.{name}.{suffix}", t, [a.type for a in args])
     return b.call(fn, args, fastmath=flags)
 

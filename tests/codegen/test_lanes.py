@@ -64,6 +64,33 @@ def test_contiguous_lanes_become_vector_operations(dtype):
     assert f"<8 x {scalar}>" in source
 
 
+def test_lane_maximum_propagates_nan_as_the_scalar_rule():
+    def value(X, r, j0, jj):
+        return E.maximum(_load(X, r, E.add(j0, jj)), E.Const(0.0, "float32"))
+    func, lane = _program(value)
+    assert vector_form(lane) is not None
+    x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    x[1, 5] = np.nan
+    got, source = _run(func, x)
+    np.testing.assert_array_equal(got, np.maximum(x[:, :32], 0.0))  # NaN stays NaN
+    assert "llvm.maximum.v8f32" in source or "<8 x float>" in source
+
+
+def test_lane_select_on_a_lane_index_condition():
+    # a causal mask: Y[r, j] = X[r, j] where j <= 10 r, else -1
+    def value(X, r, j0, jj):
+        col = E.add(j0, jj)
+        return E.select(E.compare(E.LE, col, _c(10 * r)), _load(X, r, col),
+                        E.Const(-1.0, "float32"))
+    func, lane = _program(value)
+    assert vector_form(lane) is not None
+    x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
+    got, _ = _run(func, x)
+    cols = np.arange(32)
+    want = np.where(cols[None, :] <= 10 * np.arange(3)[:, None], x[:, :32], -1.0)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("case", ["strided", "call", "lane in a uniform index"])
 def test_other_lane_loops_run_serially_with_the_same_results(case):
     def value(X, r, j0, jj):

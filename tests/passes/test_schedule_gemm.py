@@ -209,3 +209,51 @@ def test_register_tiled_kernels_match_the_evaluator(seed, dtype, monkeypatch):
         for g, w in zip(kernel(*arrays), want):
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
                                        err_msg=f"sizes {sizes}, {threads} thread(s)")
+
+
+def _dense(n, k, m, dtype, epilogue):
+    x = tc.placeholder((n, k), name="x", dtype=dtype)
+    W = tc.placeholder((m, k), name="W", dtype=dtype)
+    b = tc.placeholder((m,), name="b", dtype=dtype)
+    r = tc.reduce_axis(k, name="r")
+    if epilogue == "bias":
+        out = tc.ops.dense(x, W, b, name="h")
+    elif epilogue == "select":
+        out = tc.compute((n, m), lambda i, j: tc.if_then_else(
+            tc.sum(x[i, r] * W[j, r], axis=r) > b[j], b[j], -1.0), name="h")
+    elif epilogue == "scaled bias, clamp":
+        out = tc.compute((n, m), lambda i, j: tc.maximum(
+            tc.sum(x[i, r] * W[j, r], axis=r) * 0.5 + b[j], 0.0), name="h")
+    else:  # exp: not a vector lane form, so the plain-order schedule keeps it
+        out = tc.compute((n, m), lambda i, j: tc.exp(tc.sum(x[i, r] * W[j, r], axis=r) * 0.1),
+                         name="h")
+    return [out], [x, W, b]
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "scaled bias, clamp", "select", "exp"])
+@pytest.mark.parametrize("dtype, sizes", [("float32", (45, 700, 70)),
+                                          ("float64", (19, 50, 37)),
+                                          ("float32", (33, 1000, 100))])
+def test_plain_order_contractions_take_register_tiles_with_their_epilogue(
+        dtype, sizes, epilogue, monkeypatch):
+    """``x @ W.T`` with a bias (and more) applied in registers after the last slice of the
+    reduction; reductions longer than one slice keep their partial sums in the output."""
+    from tecomp.codegen import kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    outs, ins = _dense(*sizes, dtype, epilogue)
+    func, _ = lower_program(outs, ins)
+    scheduled = schedule_cpu(func)
+    tiled = any(x.kind == "lanes" for x in _loops(scheduled.body))
+    assert tiled == (epilogue != "exp"), epilogue
+    if tiled and sizes[1] > 384 and dtype == "float32":
+        assert "if (kc + " in str(scheduled.body) or "+ 384 >=" in str(scheduled.body)
+    rng = np.random.default_rng(sum(sizes))
+    arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    kernel = _kernel(scheduled)
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
+                                   err_msg=f"{sizes} {dtype} {epilogue}, {threads} threads")

@@ -89,7 +89,7 @@ def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
     names = _names(func)
 
     def rewrite(loop: For) -> Stmt | None:
-        m = _match(loop)
+        m = match_dot(loop)
         if m is None:
             return None
         inner = m[3][-1]
@@ -102,7 +102,9 @@ def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
     return func if body is func.body else replace(func, body=body)
 
 
-def _match(loop: For):
+def match_dot(loop: For):
+    """``(column loop, local, init, reduction loops, update, final store)`` when ``loop`` is
+    a plain-order reduction nest (the form of the module doc), else None."""
     col = loop.body
     if loop.step != 1 or not isinstance(col, For) or col.step != 1:
         return None

@@ -30,10 +30,16 @@ Block sizes, from the host's caches (:class:`tecomp.host.Host`; ``e`` bytes an e
                               a constant row count, shrunk so that the number of row blocks
                               is a multiple of the cores (every core gets whole blocks)
 
-The register tile is the ``R x (vector)`` one of :func:`.tile.block_rows`: LLVM keeps the
-``R`` rows' partial sums of one vector of ``j`` in registers over ``U`` steps of ``k`` and
-broadcasts ``A[i + r, k + u]``; this pass neither packs panels nor keeps a tile in registers
-over the whole ``kc`` slice (BLIS's micro-kernel).
+With ``pack`` (the default) and a float result, each block is computed by the register-tiled
+micro-kernel of :mod:`.microkernel` instead (blocks from :func:`micro_block_sizes`): the
+``kc x nc`` panel of the operand that does not move with the row is packed in micro-panel
+order and ``mr x nr`` tiles of ``C`` accumulate in vector registers over the slice; this
+also applies when ``B`` fits in L2 (the panel then removes the strided reads of a
+transposed operand), and plain-order reductions (``x @ W.T``) take the same path with their
+epilogue (:mod:`.gemm_dot`).  Otherwise (integers, or a tile the backend cannot emit as
+vectors) the register tile is the ``R x (vector)`` one of :func:`.tile.block_rows`: LLVM
+keeps the ``R`` rows' partial sums of one vector of ``j`` in registers over ``U`` steps of
+``k`` and broadcasts ``A[i + r, k + u]``.
 
 Legality.  The rewrite applies to the row loops :func:`.tile.match_row_loop` accepts with one
 reduction loop, when ``B`` (``K x N`` elements) does not already fit in half of L2 (symbolic
@@ -54,14 +60,13 @@ from tecomp.host import Host
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt, Store
 from tecomp.stmt_functor import (
     bound_names,
-    expr_children,
     expr_vars,
     map_loops,
-    rebuild_expr,
     walk_expr,
 )
 
-from .microkernel import micro_tiles, pack_panel, tile_shape
+from .gemm_dot import dot_blocked
+from .microkernel import clamp_blocks, micro_tiles, pack_panel, replace_expr, tile_shape
 from .tile import const_extent, match_row_loop, seq, unroll_rows
 
 #: bytes of an element, by dtype (others: 4)
@@ -112,11 +117,17 @@ def block_caches(func: LoweredFunc, host: Host, *, rows: int = 4, factor: int = 
                  max_full: int = 8, threads: bool = True, pack: bool = True) -> LoweredFunc:
     """Cache-block the "i, k, j" sums of ``func`` and register-block them as
     :func:`.tile.block_rows` does (see the module doc); ``pack`` copies each ``kc x nc``
-    panel of the operand that does not depend on the row into a contiguous buffer."""
+    panel of the operand that does not depend on the row into a contiguous buffer and
+    computes the blocks in register tiles (:mod:`.microkernel`), and takes plain-order
+    reductions too (:mod:`.gemm_dot`)."""
     names = bound_names(func.body) | {p.name for p in func.params}
 
     def rewrite(loop: For) -> Stmt | None:
-        return _blocked(loop, host, rows, factor, max_full, threads, names, pack)
+        out = _blocked(loop, host, rows, factor, max_full, threads, names, pack)
+        if out is None and pack:
+            cores = host.cores if threads and loop.kind == "parallel" else 1
+            out = dot_blocked(loop, host, cores, names, micro_block_sizes, max_full)
+        return out
 
     body = map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
@@ -143,16 +154,6 @@ def _panel_reads(st: Store, i: E.Var, k: E.Var, j: E.Var) -> list[BufferLoad]:
             continue
         out.append(x)
     return [x for x in out if not any(x is not y and x in set(walk_expr(y)) for y in out)]
-
-
-def _replace(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
-    if e == old:
-        return new
-    kids = expr_children(e)
-    if not kids:
-        return e
-    got = tuple(_replace(x, old, new) for x in kids)
-    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
 
 
 def _blocked(loop: For, host: Host, rows: int, factor: int, max_full: int, threads: bool,
@@ -201,7 +202,7 @@ def _blocked(loop: For, host: Host, rows: int, factor: int, max_full: int, threa
         names.add(buf.name)
         at = (E.sub(k, kc), E.sub(j, jc))
         packs.append(For(k, kc, khi, For(j, jc, jhi, Store(buf, at, x))))
-        st = replace(st, value=_replace(st.value, x, BufferLoad(buf, at, x.dtype)))
+        st = replace(st, value=replace_expr(st.value, x, BufferLoad(buf, at, x.dtype)))
         panels.append(buf)
     jloop = replace(inner, lo=jc, hi=jhi, body=st)
     kslice = replace(kloop, lo=kc, hi=khi, body=jloop)
@@ -222,7 +223,9 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
     (:mod:`.microkernel`) inside each block; None when the tile is not a vector lane loop."""
     itemsize = _BYTES.get(st.buffer.dtype, 4)
     mr, nr = tile_shape(host, itemsize)
-    mc, kc_, nc = micro_block_sizes(host, itemsize, mr, nr, cores, iext)
+    mc, kc_, nc = clamp_blocks(micro_block_sizes(host, itemsize, mr, nr, cores, iext),
+                               const_extent(kloop.lo, kloop.hi),
+                               const_extent(inner.lo, inner.hi), nr)
     i, k, j = loop.var, kloop.var, inner.var
     trial = set(names)
     ic = _fresh(f"{i.name}c", trial, i.dtype)
@@ -241,7 +244,7 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
         trial.add(buf.name)
         panels.append((x, buf))
     tiles = micro_tiles(st, i, k, j, ic, ihi, kc, khi, jc, jhi, mr, nr,
-                        host.lanes(itemsize), panels, trial, _replace)
+                        host.lanes(itemsize), panels, trial)
     if tiles is None:
         return None
     names |= trial

@@ -43,7 +43,7 @@ from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
-from tecomp.stmt_functor import subst_expr
+from tecomp.stmt_functor import expr_children, rebuild_expr, subst_expr
 
 from .tile import plus, split_end
 
@@ -59,6 +59,17 @@ def tile_shape(host: Host, itemsize: int) -> tuple[int, int]:
     nr = 2 * host.lanes(itemsize)
     mr = max(1, min(8, (vector_registers(host) - 3) // 2))
     return mr, nr
+
+
+def clamp_blocks(blocks: tuple[int, int, int], kext: int | None, jext: int | None,
+                 nr: int) -> tuple[int, int, int]:
+    """``(mc, kc, nc)`` no larger than constant extents need (smaller packed panels)."""
+    mc, kc, nc = blocks
+    if kext is not None:
+        kc = max(1, min(kc, kext))
+    if jext is not None:
+        nc = max(nr, min(nc, -(-jext // nr) * nr))
+    return mc, kc, nc
 
 
 def _var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
@@ -83,15 +94,25 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     return For(jb, _const(0), strips, For(k, kc, khi, For(jj, _const(0), width, copy)))
 
 
+def replace_expr(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
+    """``e`` with every occurrence of the sub-expression ``old`` replaced by ``new``."""
+    if e == old:
+        return new
+    kids = expr_children(e)
+    if not kids:
+        return e
+    got = tuple(replace_expr(x, old, new) for x in kids)
+    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
+
+
 def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                 kc: E.Var, khi: E.Expr, jc: E.Var, jhi: E.Expr, mr: int, nr: int,
-                width: int, panels: list[tuple[BufferLoad, Buffer]], names: set[str],
-                replace_read) -> Stmt | None:
+                width: int, panels: list[tuple[BufferLoad, Buffer]],
+                names: set[str]) -> Stmt | None:
     """One block's computation as register tiles (module doc), or None when the tile's
     update is not a lane loop the backend emits as vectors.  ``st`` is the update
     ``C[.., i, .., j] += v(i, k, j)``; ``width`` the lanes of one vector register (``nr``
-    a multiple of it); ``panels`` the packed reads and their buffers;
-    ``replace_read(e, old, new)`` replaces a sub-expression."""
+    a multiple of it); ``panels`` the packed reads and their buffers."""
     i0, j0, jj = _var(f"{i.name}0", names), _var(f"{j.name}0", names), _var("jj", names)
     dt = st.buffer.dtype
     iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
@@ -100,7 +121,7 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
         """The update's value at column ``col``, held at ``lane`` of the panel's ``strip``."""
         v = st.value
         for x, buf in panels:
-            v = replace_read(v, x, BufferLoad(buf, (strip, E.sub(k, kc), lane), x.dtype))
+            v = replace_expr(v, x, BufferLoad(buf, (strip, E.sub(k, kc), lane), x.dtype))
         return subst_expr(v, {j: col})
 
     tile_value = value_at(E.add(j0, jj), E.floordiv(E.sub(j0, jc), _const(nr)), jj)

@@ -1,0 +1,185 @@
+"""Register tiles for contractions in the plain ("dot product") order, with their epilogue.
+
+A dense layer ``h[i, j] = sum_k x[i, k] * W[j, k] + b[j]`` and attention's ``Q K^T`` read both
+operands with unit stride along the reduction, so lowering keeps the plain order
+(:mod:`.dot`)::
+
+    for (i) { for (j) { allocate s (local) { s = 0; for (k) { s += v(i, j, k) };
+                                             C[i, j] = f(s, i, j) } } }
+
+:func:`dot_blocked` computes it with the GEMM structure of :mod:`.gemm` and the register
+tiles of :mod:`.microkernel` instead: the operand that does not move with ``i``
+(``W[j, k]``) is packed per ``kc x nc`` block in micro-panel order — which also transposes
+it, so that the tile's lanes run along ``j`` with unit stride — and each ``mr x nr`` tile
+accumulates in registers over the block's ``k`` slice.  The epilogue ``f`` (bias,
+activation, scaling: whatever the store applies to ``s``) is applied to the tile in
+registers when the last slice ends, so a dense layer with its bias is one pass over ``C``::
+
+    for (ic, step mc) { allocate panel {
+      for (jc, step nc) { for (kc, step kc_) {
+        <pack the slice of W>
+        for (i0, step mr) { for (j0, step nr) { allocate acc (local) {
+          if (kc == klo) { lanes: acc = 0 } else { lanes: acc = C[i0 + r, j0 + jj] }
+          for (k, kc, khi) { lanes: acc += v(i0 + r, j0 + jj, k) }
+          if (kc + kc_ >= khi) { lanes: C = f(acc) } else { lanes: C = acc } } } } } } } }
+
+Between slices ``C`` holds the partial sums (nothing else reads it: the match requires
+that neither ``v`` nor ``f`` reads ``C``).  Tails: 1-row tiles for the rows past the whole
+tiles, one element at a time (the same first/last-slice logic) for the columns past them.
+
+Legality: every element receives its own terms in increasing ``k`` as one chain of
+additions starting from 0, then ``f`` once, as in the plain nest; distinct tiles write
+distinct elements.  Only sums with a zero start, one reduction loop and one output element
+per ``(i, j)`` are taken; the rest stays with :mod:`.dot`.
+"""
+
+from __future__ import annotations
+
+from tecomp import expr as E
+from tecomp.functor import fresh_name
+from tecomp.host import Host
+from tecomp.lanes import vector_form
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
+from tecomp.stmt_functor import expr_children, expr_vars, rebuild_expr, subst_expr, walk_expr
+
+from .dot import match_dot
+from .microkernel import clamp_blocks, pack_panel, replace_expr, tile_shape
+from .tile import const_extent, plus, split_end
+
+_BYTES = {"float32": 4, "float64": 8}
+
+
+def _var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
+    name = fresh_name(base, names)
+    names.add(name)
+    return E.Var(name, dtype)
+
+
+def _const(n: int) -> E.Const:
+    return E.Const(n, "int64")
+
+
+def _replace_loads(e: E.Expr, old: Buffer, new: E.Expr) -> E.Expr:
+    if isinstance(e, BufferLoad) and e.buffer == old:
+        return new
+    kids = expr_children(e)
+    if not kids:
+        return e
+    got = tuple(_replace_loads(x, old, new) for x in kids)
+    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
+
+
+def _panel_read(upd: Store, i: E.Var, j: E.Var, k: E.Var) -> BufferLoad | None:
+    """The one read of the update that moves with ``j`` and ``k`` but not ``i``."""
+    found = [x for x in walk_expr(upd.value) if isinstance(x, BufferLoad)
+             and {j, k} <= expr_vars(x) and i not in expr_vars(x)]
+    found = list(dict.fromkeys(found))
+    return found[0] if len(found) == 1 else None
+
+
+def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
+                max_full: int = 8) -> Stmt | None:
+    """The nest of the module doc for the plain-order reduction ``loop``, or None."""
+    m = match_dot(loop)
+    if m is None:
+        return None
+    col, acc, init, ks, upd, fin = m
+    dt = fin.buffer.dtype
+    if (len(ks) != 1 or upd.reduce != "sum" or dt not in _BYTES or acc.dtype != dt
+            or not isinstance(init.value, E.Const) or init.value.value != 0):
+        return None
+    kloop = ks[0]
+    i, j, k = loop.var, col.var, kloop.var
+    if not fin.indices or fin.indices[-1] != j or i not in fin.indices[:-1]:
+        return None
+    if any(j in expr_vars(e) or (i in expr_vars(e) and e != i) for e in fin.indices[:-1]):
+        return None
+    if (expr_vars(col.lo) | expr_vars(col.hi)) & {i} or (
+            expr_vars(kloop.lo) | expr_vars(kloop.hi)) & {i, j}:
+        return None
+    itemsize = _BYTES[dt]
+    mr, nr = tile_shape(host, itemsize)
+    width = host.lanes(itemsize)
+    iext, jext = const_extent(loop.lo, loop.hi), const_extent(col.lo, col.hi)
+    kext = const_extent(kloop.lo, kloop.hi)
+    if (kext is not None and kext <= max_full) or (iext is not None and iext < mr) or (
+            jext is not None and jext < nr):
+        return None
+    x = _panel_read(upd, i, j, k)
+    if x is None:
+        return None
+    mc, kc_, nc = clamp_blocks(sizes(host, itemsize, mr, nr, cores, iext), kext, jext, nr)
+    trial = set(names)
+    ic, kc, jc = (_var(f"{v.name}c", trial) for v in (i, k, j))
+    i0, j0, jj = _var(f"{i.name}0", trial), _var(f"{j.name}0", trial), _var("jj", trial)
+
+    def upto(v: E.Var, n: int, hi: E.Expr) -> E.Expr:
+        return E.minimum(E.add(v, _const(n)), hi)
+
+    ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, col.hi)
+    panel = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
+                   (_const(nc // nr), _const(kc_), _const(nr)), x.dtype, "temp")
+    trial.add(panel.name)
+    first = E.compare(E.EQ, kc, kloop.lo)
+    last = E.compare(E.GE, E.add(kc, _const(kc_)), kloop.hi)
+    iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
+
+    def value(col_e: E.Expr, strip: E.Expr, lane: E.Expr) -> E.Expr:
+        v = replace_expr(upd.value, x, BufferLoad(panel, (strip, E.sub(k, kc), lane), x.dtype))
+        return subst_expr(v, {j: col_e})
+
+    def tile(rows: int) -> tuple[Stmt, list[For]]:
+        t = Buffer(fresh_name("acc", trial), (_const(rows), _const(nr)), dt, "local")
+        trial.add(t.name)
+        zero, load, add, done, keep = [], [], [], [], []
+        v = value(E.add(j0, jj), E.floordiv(E.sub(j0, jc), _const(nr)), jj)
+        for r in range(rows):
+            for h in range(0, nr, width):
+                lane = plus(jj, h)
+                sub = {i: plus(i0, r), jj: lane}
+                dst = tuple(subst_expr(e, sub | {j: E.add(j0, lane)}) for e in fin.indices)
+                here = (_const(r), lane)
+                cur = BufferLoad(t, here, dt)
+                zero.append(Store(t, here, E.Const(0.0, dt)))
+                load.append(Store(t, here, BufferLoad(fin.buffer, dst, dt)))
+                add.append(Store(t, here, E.add(cur, subst_expr(v, sub))))
+                epi = subst_expr(fin.value, {i: plus(i0, r), j: E.add(j0, lane)})
+                done.append(Store(fin.buffer, dst, _replace_loads(epi, acc, cur)))
+                keep.append(Store(fin.buffer, dst, cur))
+        loops = [For(jj, _const(0), _const(width), Seq(tuple(s)), kind="lanes")
+                 for s in (zero, load, add, done, keep)]
+        body = Seq((IfThenElse(first, loops[0], loops[1]), For(k, kc, khi, loops[2]),
+                    IfThenElse(last, loops[3], loops[4])))
+        return Allocate(t, body), loops
+
+    def scalar_columns(rows: int) -> Stmt:
+        v = value(j, E.floordiv(E.sub(jend, jc), _const(nr)), E.sub(j, jend))
+        items = []
+        for r in range(rows):
+            s = Buffer(fresh_name("acc", trial), (), dt, "local")
+            trial.add(s.name)
+            sub = {i: plus(i0, r)}
+            dst = tuple(subst_expr(e, sub) for e in fin.indices)
+            cur = BufferLoad(s, (), dt)
+            items.append(Allocate(s, Seq((
+                IfThenElse(first, Store(s, (), E.Const(0.0, dt)),
+                           Store(s, (), BufferLoad(fin.buffer, dst, dt))),
+                For(k, kc, khi, Store(s, (), E.add(cur, subst_expr(v, sub)))),
+                IfThenElse(last, Store(fin.buffer, dst,
+                                       _replace_loads(subst_expr(fin.value, sub), acc, cur)),
+                           Store(fin.buffer, dst, cur))))))
+        return For(j, jend, jhi, Seq(tuple(items)))
+
+    full, loops = tile(mr)
+    if any(vector_form(x) is None for x in loops):
+        return None
+    one, _ = tile(1)
+    tiles = Seq((
+        For(i0, ic, iend, Seq((For(j0, jc, jend, full, step=nr), scalar_columns(mr))),
+            step=mr),
+        For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), scalar_columns(1))))))
+    names |= trial
+    pack = pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names)
+    slices = For(jc, col.lo, col.hi, For(kc, kloop.lo, kloop.hi, Seq((pack, tiles)),
+                                          step=kc_), step=nc)
+    return For(ic, loop.lo, loop.hi, Allocate(panel, slices), step=mc, kind=loop.kind)
