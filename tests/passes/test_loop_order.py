@@ -10,11 +10,12 @@ from loop_interp import run
 
 import tecomp as tc
 from tecomp import expr as E
-from tecomp.loopir import For
+from tecomp.loopir import Allocate, For
 from tecomp.passes.affine_forms import coefficient
 from tecomp.passes.lower import lower_program
 from tecomp.passes.schedule.cpu.loop_order import invert_bounds
 from tecomp.passes.schedule.cpu.sum_order import order_sums
+from tecomp.stmt_functor import walk_stmt
 
 I64 = "int64"
 
@@ -224,3 +225,39 @@ def test_row_sum_with_a_per_row_term_keeps_rows_outermost():
     (got,) = run(func, [x], constants=consts)
     (want,) = tc.evaluate([Y], {X: x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_lowering_keeps_the_declaration_order_the_cpu_schedule_reorders(rng):
+    """Lowering emits the plain order for every target (a local accumulator per element);
+    the CPU schedule's first step turns it into "i, k, j" (the accumulator becomes the output
+    row), and applying that step again changes nothing."""
+    A = tc.placeholder((6, 5), name="A")
+    B = tc.placeholder((5, 7), name="B")
+    k = tc.reduce_axis(5, name="k")
+    C = tc.compute((6, 7), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    plain, _ = lower_program([C], [A, B])
+    locals_ = [s.buffer.name for s in walk_stmt(plain.body) if isinstance(s, Allocate)]
+    assert locals_ == ["C_sum"]
+    ordered = order_sums(plain)
+    assert not any(isinstance(s, Allocate) for s in walk_stmt(ordered.body))
+    assert [s.var.name for s in walk_stmt(ordered.body) if isinstance(s, For)] == [
+        "i", "j", "k", "j"]
+    assert order_sums(ordered) is ordered
+    arrays = [rng.standard_normal((6, 5)).astype(np.float32),
+              rng.standard_normal((5, 7)).astype(np.float32)]
+    want = tc.evaluate([C], dict(zip([A, B], arrays)))[0]
+    for func in (plain, ordered):
+        np.testing.assert_allclose(run(func, arrays)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_sums_without_a_better_order_are_left_as_lowered():
+    """A dot product over the unit-stride axis (``A @ B.T``) and an element-wise stage keep
+    the lowered nest itself."""
+    A = tc.placeholder((6, 5), name="A")
+    B = tc.placeholder((7, 5), name="B")
+    k = tc.reduce_axis(5, name="k")
+    C = tc.compute((6, 7), lambda i, j: tc.sum(A[i, k] * B[j, k], axis=k), name="C")
+    D = tc.compute((6, 5), lambda i, j: A[i, j] * 2.0, name="D")
+    for out in (C, D):
+        func, _ = lower_program([out], [A, B])
+        assert order_sums(func) is func

@@ -95,7 +95,8 @@ class _Order(StmtMutator):
         return s
 
     def stage(self, s: For) -> Stmt | None:
-        """The CPU order of the stage whose outermost data loop is ``s``, or None."""
+        """The CPU order of the stage whose outermost data loop is ``s``, or None (also
+        when a rewrite does not have the stage's loops outermost, which none should)."""
         nest = _plain_sum(s)
         if nest is None:
             return None
@@ -207,11 +208,15 @@ def _extent(lp: For) -> E.Expr:
     return E.Sub(lp.hi, lp.lo, lp.hi.dtype)
 
 
-def _with_kinds(s: Stmt, kinds: list[str]) -> Stmt:
-    """``s`` with its outermost chain of loops (through allocations) given ``kinds``."""
+def _with_kinds(s: Stmt, kinds: list[str]) -> Stmt | None:
+    """``s`` with its outermost chain of loops (through allocations) given ``kinds``; None
+    when ``s`` has fewer such loops."""
     if not kinds:
         return s
     if isinstance(s, Allocate):
-        return replace(s, body=_with_kinds(s.body, kinds))
-    assert isinstance(s, For), s
-    return replace(s, kind=kinds[0], body=_with_kinds(s.body, kinds[1:]))
+        body = _with_kinds(s.body, kinds)
+        return None if body is None else replace(s, body=body)
+    if not isinstance(s, For):
+        return None
+    body = _with_kinds(s.body, kinds[1:])
+    return None if body is None else replace(s, kind=kinds[0], body=body)
