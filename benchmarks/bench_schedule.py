@@ -1,4 +1,5 @@
-"""Before/after timing of the CPU loop-nest schedule (passes/schedule*.py, passes/loop_order.py).
+"""Before/after timing of the CPU loop-nest schedule (passes/schedule/cpu/, its loop order
+in loop_order.py).
 
 For each case of the CPU suite (``bench_cpu_cases.py``), the forward kernel and the gradient
 kernel are compiled three ways and timed in the same run, with NumPy's (and, when installed,
@@ -30,8 +31,7 @@ import tecomp as tc
 from tecomp.codegen.kernel import Kernel
 from tecomp.codegen.llvm import compile_function
 from tecomp.loopir import LoweredFunc
-from tecomp.passes import loop_order
-from tecomp.passes.schedule.cpu import schedule_cpu
+from tecomp.passes.schedule.cpu import loop_order, schedule_cpu
 from tecomp.pipeline import schedule_of
 
 from . import bench_cpu_cases as cases_mod
@@ -57,20 +57,18 @@ def _programs(case: cases_mod.Case):
 
 
 def _kernel(outs, ins, how: str, threads: int) -> Kernel:
-    if how == "old order":
-        saved = loop_order._short_inner
-        loop_order._short_inner = lambda k, j, most=None: False
-        try:
-            low = tc.lower(outs, ins)
-        finally:
-            loop_order._short_inner = saved
-    else:
-        low = tc.lower(outs, ins)
+    low = tc.lower(outs, ins)
     func: LoweredFunc = low.func
-    if how == "sched":
-        func = schedule_cpu(func)
-    # compiled as tc.build compiles: the CPU schedule (again, for "sched") before LLVM
-    entry = compile_function(func, cache=None, disk=None, schedule=schedule_of("llvm"))
+    saved = loop_order._short_inner  # the loop order is the CPU schedule's first step
+    if how == "old order":
+        loop_order._short_inner = lambda k, j, most=None: False
+    try:
+        if how == "sched":
+            func = schedule_cpu(func)
+        # compiled as tc.build compiles: the CPU schedule (again, for "sched") before LLVM
+        entry = compile_function(func, cache=None, disk=None, schedule=schedule_of("llvm"))
+    finally:
+        loop_order._short_inner = saved
     k = Kernel(func, entry, inputs=ins, outputs=outs, hidden=low.constants,
                single=len(outs) == 1, target="llvm")
     k.threads = threads

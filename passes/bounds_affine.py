@@ -35,7 +35,7 @@ the proof would fail.  Piecewise bounds matter the same way: ``for (t, 0, select
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from tecomp import expr as E
@@ -45,14 +45,12 @@ from tecomp.loopir import (
     Buffer,
     BufferLoad,
     For,
-    IfThenElse,
     LetStmt,
     LoweredFunc,
-    Seq,
-    Stmt,
     Store,
 )
 from tecomp.printer import format_expr
+from tecomp.stmt_functor import expr_children, expr_vars, stmt_exprs, walk_stmt
 
 if TYPE_CHECKING:
     from tecomp.solvers.isl_bridge import IslSet, PwAff
@@ -89,7 +87,7 @@ class SizeCheck:
     kind: str  # "read" or "write"
 
     def message(self, sizes: Mapping[E.Var, int], kernel: str) -> str:
-        names = sorted({v.name: v for v in _free_vars(self.cond)}.items())
+        names = sorted({v.name: v for v in expr_vars(self.cond)}.items())
         vals = ", ".join(f"{n} = {sizes[v]}" for n, v in names if v in sizes)
         verb = "read of" if self.kind == "read" else "write to"
         return (f"kernel {kernel!r}: with sizes {vals} the {verb} tensor {self.buffer!r} "
@@ -109,46 +107,6 @@ def eval_cond(e: E.Expr, sizes: Mapping[E.Var, int]) -> bool:
         return eval_cond(e.a, sizes) or eval_cond(e.b, sizes)
     a, b = eval_int(e.a, sizes), eval_int(e.b, sizes)
     return {E.GE: a >= b, E.EQ: a == b}[type(e)]
-
-
-def _children(e: Any) -> list[Any]:
-    if isinstance(e, BufferLoad):
-        return list(e.indices)
-    out = []
-    for f in fields(e):
-        v = getattr(e, f.name)
-        if isinstance(v, E.Expr):
-            out.append(v)
-        elif isinstance(v, tuple):
-            out += [x for x in v if isinstance(x, E.Expr)]
-    return out
-
-
-def _free_vars(e: E.Expr) -> list[E.Var]:
-    out, todo = [], [e]
-    while todo:
-        x = todo.pop()
-        if isinstance(x, E.Var):
-            out.append(x)
-        elif isinstance(x, E.Expr):
-            todo += _children(x)
-    return out
-
-
-def _stmt_parts(s: Stmt) -> tuple[list[E.Expr], list[Stmt]]:
-    if isinstance(s, Seq):
-        return [], list(s.stmts)
-    if isinstance(s, For):
-        return [s.lo, s.hi], [s.body]
-    if isinstance(s, LetStmt):
-        return [s.value], [s.body]
-    if isinstance(s, Allocate):
-        return list(s.buffer.shape), [s.body]
-    if isinstance(s, IfThenElse):
-        return [s.cond], [s.then] + ([s.else_] if s.else_ is not None else [])
-    if isinstance(s, Store):
-        return [*s.indices, s.value, *s.buffer.shape], []
-    return [], []
 
 
 def _syntactically_affine(e: E.Expr) -> bool:
@@ -191,17 +149,15 @@ class AffineProver:
         opaque: dict[E.Expr, str] = {}  # non-affine expressions of sizes only -> a parameter
         extents: list[E.Expr] = []
         buffers = [*func.inputs, *func.outputs]
-        todo: list[Stmt] = [func.body]
         exprs: list[E.Expr] = [e for b in buffers for e in b.shape]
-        while todo:
-            s = todo.pop()
+        for s in walk_stmt(func.body):
             if isinstance(s, (For, LetStmt)) and s.var.name not in bound:
                 bound.append(s.var.name)
             if isinstance(s, Allocate):
                 buffers.append(s.buffer)
-            ex, sub = _stmt_parts(s)
-            exprs += ex
-            todo += sub
+            exprs += stmt_exprs(s)
+            if isinstance(s, Store):
+                exprs += s.buffer.shape
         extents = [e for b in buffers for e in b.shape]
         bound_set = set(bound)
         seen: set[E.Expr] = set()
@@ -216,10 +172,10 @@ class AffineProver:
             if isinstance(e, E.Var) and e.name not in bound_set:
                 free[e.name] = e
             if (e.dtype in _INT and not _syntactically_affine(e) and not isinstance(e, E.Cast)
-                    and all(v.name not in bound_set for v in _free_vars(e))
+                    and all(v.name not in bound_set for v in expr_vars(e))
                     and not _has_load(e)):
                 opaque.setdefault(e, "")
-            exprs += _children(e)
+            exprs += expr_children(e)
         taken = bound_set | set(free)
         for k, e in enumerate(sorted(opaque, key=format_expr)):
             name = f"_s{k}"
@@ -240,7 +196,7 @@ class AffineProver:
             pa = self.aff(x)
             if pa is not None:
                 valid = valid.intersect(pa.ge_set(zero))
-                for v in _free_vars(x):
+                for v in expr_vars(x):
                     valid = valid.intersect(self.aff(v).ge_set(zero))
         one = self._const(1)
         positive = valid
@@ -248,7 +204,7 @@ class AffineProver:
             if self.params[name] in extents:
                 valid = valid.intersect(self.aff(E.Var(name)).ge_set(zero))
             if isinstance(self.params[name], E.Var) and any(
-                    self.params[name] in _free_vars(x) for x in extents):
+                    self.params[name] in expr_vars(x) for x in extents):
                 positive = positive.intersect(self.aff(E.Var(name)).ge_set(one))
         # "always wrong" means: for every valid sizes of at least 1 (a guard or a zero-
         # eliminated loop bound that runs an access only for n >= 2 leaves n = 1 correct)
@@ -463,7 +419,7 @@ class AffineProver:
     def _witness(self, bad: IslSet, buf: Buffer, axis: int, index: E.Expr, kind: str,
                  access: str) -> str:
         vals = []
-        used = {v.name for v in _free_vars(index)}
+        used = {v.name for v in expr_vars(index)}
         for name, is_param, value in self.isl.sample(bad):
             if name in self._opaque.values() or (not is_param and name not in used):
                 continue
@@ -517,7 +473,7 @@ def _conjuncts(e: E.Expr) -> list[E.Expr]:
 def _has_load(e: E.Expr) -> bool:
     if isinstance(e, BufferLoad):
         return True
-    return any(_has_load(c) for c in _children(e))
+    return any(_has_load(c) for c in expr_children(e))
 
 
 def check_static_bounds(func: LoweredFunc) -> None:

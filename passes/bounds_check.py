@@ -66,7 +66,7 @@ from tecomp.loopir import (
     Store,
 )
 from tecomp.printer import format_expr
-from tecomp.stmt_functor import eval_int, walk_stmt
+from tecomp.stmt_functor import StmtMutator, eval_int, walk_stmt
 
 from .bounds_affine import AffineProver, SizeCheck, eval_cond
 
@@ -150,7 +150,7 @@ def add_bounds_checks(func: LoweredFunc) -> tuple[LoweredFunc, BoundsInfo | None
     err = Buffer(fresh_name("bounds_error", taken), (E.Const(1 + rank, _I64),), _I64,
                  "output")
     checker = _Checker(err, AffineProver(func))
-    body = checker.stmt(func.body)
+    body = checker.visit(func.body)
     if not checker.checks and not checker.sizes:
         return func, None
     out = replace(func, outputs=(*func.outputs, err), body=body)
@@ -223,7 +223,10 @@ def _positive_const(e: E.Expr) -> bool:
     return isinstance(e, E.Const) and int(e.value) > 0
 
 
-class _Checker:
+class _Checker(StmtMutator):
+    """The checked program: :meth:`visit` rewrites a statement, the checks its expressions
+    need placed before it (sequences and allocations as the mutator rebuilds them)."""
+
     def __init__(self, err: Buffer, prover: AffineProver) -> None:
         self.err = err
         self.prover = prover
@@ -232,38 +235,35 @@ class _Checker:
         self._pending: list[Stmt] = []  # check statements of the statement being rewritten
 
     # statements
-    def stmt(self, s: Stmt) -> Stmt:
-        if isinstance(s, Seq):
-            return Seq(tuple(self.stmt(t) for t in s.stmts))
-        if isinstance(s, Allocate):
-            return replace(s, body=self.stmt(s.body))
-        if isinstance(s, For):
-            lo, hi = self.expr(s.lo, _TRUE), self.expr(s.hi, _TRUE)
-            pend = self._take()
-            return _prefix(pend, replace(s, lo=lo, hi=hi, body=self._under(
-                self.prover.push_loop, s, s.body)))
-        if isinstance(s, LetStmt):
-            value = self.expr(s.value, _TRUE)
-            pend = self._take()
-            return _prefix(pend, replace(s, value=value, body=self._under(
-                self.prover.push_let, s, s.body)))
-        if isinstance(s, IfThenElse):
-            cond = self.expr(s.cond, _TRUE)
-            pend = self._take()
-            then = self._under(self.prover.push_cond, s.cond, s.then)
-            else_ = None
-            if s.else_ is not None:
-                self.prover.push_cond(s.cond, holds=False)
-                else_ = self.stmt(s.else_)
-                self.prover.pop()
-            return _prefix(pend, IfThenElse(cond, then, else_))
-        if isinstance(s, Store):
-            return self._store(s)
-        raise TypeError(f"bounds check: unknown statement {type(s).__name__}")
+    def visit_For(self, s: For) -> Stmt:
+        lo, hi = self.expr(s.lo, _TRUE), self.expr(s.hi, _TRUE)
+        pend = self._take()
+        return _prefix(pend, replace(s, lo=lo, hi=hi, body=self._under(
+            self.prover.push_loop, s, s.body)))
+
+    def visit_LetStmt(self, s: LetStmt) -> Stmt:
+        value = self.expr(s.value, _TRUE)
+        pend = self._take()
+        return _prefix(pend, replace(s, value=value, body=self._under(
+            self.prover.push_let, s, s.body)))
+
+    def visit_IfThenElse(self, s: IfThenElse) -> Stmt:
+        cond = self.expr(s.cond, _TRUE)
+        pend = self._take()
+        then = self._under(self.prover.push_cond, s.cond, s.then)
+        else_ = None
+        if s.else_ is not None:
+            self.prover.push_cond(s.cond, holds=False)
+            else_ = self.visit(s.else_)
+            self.prover.pop()
+        return _prefix(pend, IfThenElse(cond, then, else_))
+
+    def visit_Store(self, s: Store) -> Stmt:
+        return self._store(s)
 
     def _under(self, push: Any, arg: Any, body: Stmt) -> Stmt:
         push(arg)
-        out = self.stmt(body)
+        out = self.visit(body)
         self.prover.pop()
         return out
 

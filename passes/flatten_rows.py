@@ -4,8 +4,9 @@ A stride-2 convolution reads its input with stride 2 along the output row::
 
     Y[b, f, y, x] = sum(X_pad[b, c, 2*y + ry, 2*x + rx] * W[f, c, ry, rx], (c, ry, rx))
 
-The "i, k, j" order of :mod:`.loop_order` puts ``x`` innermost: 16 steps of strided loads
-(a de-interleaving shuffle per vector) per reduction step.  :func:`flatten_rows` stages the
+The "i, k, j" order of the CPU schedule (:mod:`.schedule.cpu.loop_order`) puts ``x``
+innermost: 16 steps of strided loads (a de-interleaving shuffle per vector) per reduction
+step.  :func:`flatten_rows` stages the
 strided read as columns over the whole output grid (im2col, Chellapilla, Puri & Simard 2006)
 and computes the sum as a product with one long unit-stride row ``p = y * 16 + x``::
 
@@ -36,8 +37,8 @@ from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, make_reduce, substitute, walk
 from tecomp.tensor import ComputeOp, Tensor
 
+from .affine_forms import coefficient
 from .flatten_sum import Reads, const_int, decompose_index, insert_stages
-from .loop_order import coefficient
 
 
 def flatten_rows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],

@@ -27,9 +27,9 @@ When it applies: the stage's body is a ``sum`` without ``where`` and without nes
 reductions, over at least two reduction axes with constant bounds (``lo = 0``), whose
 innermost extent is below ``max_inner`` while the whole sum has at least ``min_terms``
 terms; the stage's last data axis has a constant extent below ``max_last`` (so neither the
-plain order nor the "i, k, j" order of :mod:`.loop_order` has a long innermost loop); every
-staged read is reused ``min_reuse`` times or more (the data axes it does not use span that
-many points) and has at most ``max_gather`` elements.
+plain order nor the "i, k, j" order of :mod:`.schedule.cpu.loop_order` has a long
+innermost loop); every staged read is reused ``min_reuse`` times or more (the data axes it
+does not use span that many points) and has at most ``max_gather`` elements.
 
 Legality.  ``f -> (f // s_0, (f // s_1) % e_1, .., f % e_last)`` (``s_i`` the product of the
 later extents) is a bijection from ``[0, prod e)`` onto the box of the reduction axes, so the
@@ -44,7 +44,7 @@ from tecomp import expr as E
 from tecomp.functor import ExprMutator, free_vars, fresh_name, make_reduce, substitute, walk
 from tecomp.tensor import ComputeOp, Tensor
 
-from .loop_order import coefficient
+from .affine_forms import coefficient
 
 
 def const_int(e: E.Expr) -> int | None:

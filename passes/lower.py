@@ -11,9 +11,10 @@ reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
    sums over several axes with strided reads become one flat sum over staged columns
    (:mod:`.flatten_sum`), and sums that read with a stride along a short output row are
    computed over the flattened output grid (:mod:`.flatten_rows`); both add gather stages.
-3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sums whose window slides with
-   the last axis are split by residues (:mod:`.residue_split`), other sums over the
-   unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
+3. Each remaining stage is one loop nest in its declaration order (:mod:`.lower_stage`): the
+   data axes outermost, each reduction in a local inside them, for every target.  Choosing
+   a loop order for the target is the schedule's job (the CPU's "i, k, j" sums and residue
+   splitting: :mod:`tecomp.passes.schedule.cpu.sum_order`).  Outputs store into their
    ``"output"`` buffer; other stages into a ``"temp"`` buffer whose ``Allocate`` encloses the
    rest of the program.  An output read by another stage is computed once and read back from
    its output buffer.  An output that is an input, or that appears twice, is copied.
@@ -38,10 +39,7 @@ backends may rely on:
   ``Zero``).  ``Select`` and the right operand of ``&``/``|`` may contain loads that are out of
   bounds where they are not evaluated (padding): backends evaluate them lazily.
 * Reductions accumulate with ``Store(buf, idx, value, reduce=combiner)`` into a ``"local"``
-  buffer of shape ``()`` initialised with the combiner's identity (see :mod:`.lower_stage`),
-  or, after the loop-order pass, into the stage's own buffer after a zero-initialising loop
-  (after residue splitting, into a phase-major ``"temp"`` buffer allocated around the stage's
-  nest, copied into the stage's buffer row by row).
+  buffer of shape ``()`` initialised with the combiner's identity (see :mod:`.lower_stage`).
 * A scatter stage (``ScatterOp``) is a copy of its ``init`` (or a zero fill) followed by serial
   loops over its axes storing ``Store(buf, indices, value, reduce="sum")`` at data-dependent
   indices; its loops are never ``"parallel"``.
@@ -70,18 +68,15 @@ from .absorb_crop import absorb_crops
 from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
-from .loop_order import contiguous_reduction_last, reorder_sum
 from .lower_scan import lower_scan
 from .lower_stage import (
     AllocMark,
     Context,
     block,
-    expression_lowerer,
     fill,
     lower_scatter,
     lower_stage,
 )
-from .residue_split import split_window_sum
 
 
 def _ident(name: str) -> str:
@@ -294,14 +289,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
             items.append(lower_scatter(ctx, buf.name, t.op, exprs[id(t)], buf))
             continue
         assert isinstance(t.op, ComputeOp)
-        body = contiguous_reduction_last(exprs[id(t)][0])
-        conv = expression_lowerer(ctx, buf.name)
-        stmt = split_window_sum(t.op.axes, body, buf, conv, ctx.params, fresh=ctx.fresh)
-        if stmt is None:
-            stmt = reorder_sum(t.op.axes, body, buf, conv, ctx.params)
-        if stmt is None:
-            stmt = lower_stage(ctx, buf.name, t.op.axes, body, buf)
-        items.append(stmt)
+        items.append(lower_stage(ctx, buf.name, t.op.axes, exprs[id(t)][0], buf))
     for t, dst in copies:
         items.append(fill(dst, ctx.buffers[id(t)], ctx.params))
     fname = _ident(name) if name else _ident(outs[0].name)

@@ -17,8 +17,8 @@ need that); the state placeholder reads ``S_k``'s buffer, so the state read
 reverse scan runs ``u = 0 .. T - L - 1`` with ``t = T - L - 1 - u`` (a ``LetStmt``), and its
 given steps fill the last ``L`` rows.  The body stages keep full ``(T, ...)`` buffers (a
 reverse-mode derivative reads them back).  The row loop of a stage is the one-trip loop over
-its own time axis, so each stage is lowered like any other stage (a sum over the
-unit-stride axis by :func:`.loop_order.reorder_sum`, else :func:`.lower_stage.lower_stage`); the
+its own time axis, so each stage is lowered like any other stage
+(:func:`.lower_stage.lower_stage`; the CPU schedule then orders its sums as any other); the
 loop inside it (the first non-time axis) is ``"parallel"`` when the step is large enough to
 be worth threads (``PARALLEL_ROW`` elements).
 """
@@ -33,8 +33,7 @@ from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, Stmt, Store
 from tecomp.scan_op import Scan
 from tecomp.tensor import Tensor
 
-from .loop_order import contiguous_reduction_last, reorder_sum
-from .lower_stage import AllocMark, Context, block, expression_lowerer, fill, lower_stage
+from .lower_stage import AllocMark, Context, block, fill, lower_stage
 
 PARALLEL_ELEMENTWISE = False  # element-wise steps stay serial: a fork-join costs more
 PARALLEL_ROW = 1 << 12  # elements of one step's row from which its loop may use threads
@@ -146,11 +145,7 @@ def lower_scan(ctx: Context, sc: Scan, members: list[Tensor]) -> list:
                 or any(isinstance(x, E.Reduce) for x in walk(b.op.body)))
         wide = wide and len(axes) > 1 and (n is None or n >= PARALLEL_ROW)
         buf = ctx.buffer_of(b)
-        body = contiguous_reduction_last(b.op.body)
-        stmt = reorder_sum((first,) + axes[1:], body, buf, expression_lowerer(ctx, buf.name),
-                           ctx.params, parallel=False)
-        if stmt is None:
-            stmt = lower_stage(ctx, buf.name, (first,) + axes[1:], body, buf, parallel=False)
+        stmt = lower_stage(ctx, buf.name, (first,) + axes[1:], b.op.body, buf, parallel=False)
         if wide and isinstance(stmt, For) and isinstance(stmt.body, For):
             inner = stmt.body
             stmt = For(stmt.var, stmt.lo, stmt.hi,

@@ -6,11 +6,12 @@ blocks indented by two spaces::
     func matmul(A: float32[n, 64], B: float32[64, 32]) -> (C: float32[n, 32]) params(n) {
       parallel for (i, 0, n) {
         for (j, 0, 32) {
-          C[i, j] = 0.0
-        }
-        for (k, 0, 64) {
-          for (j, 0, 32) {
-            C[i, j] += A[i, k] * B[k, j]
+          allocate C_sum: float32[] (local) {
+            C_sum = 0.0
+            for (k, 0, 64) {
+              C_sum += A[i, k] * B[k, j]
+            }
+            C[i, j] = C_sum
           }
         }
       }
@@ -28,6 +29,7 @@ from __future__ import annotations
 from .int_fold import fold_offsets
 from .loopir import Allocate, Buffer, For, IfThenElse, LetStmt, LoweredFunc, Seq, Stmt, Store
 from .printer import format_expr
+from .stmt_functor import StmtVisitor
 
 _INDENT = "  "
 
@@ -43,55 +45,70 @@ def _target(buf: Buffer, indices: tuple) -> str:
     return f"{buf.name}[{', '.join(format_expr(i) for i in indices)}]"
 
 
-def _lines(s: Stmt, depth: int, out: list[str]) -> None:
-    pad = _INDENT * depth
-    if isinstance(s, Seq):
+class _Printer(StmtVisitor):
+    """The lines of a statement, nested blocks indented by one level each."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.out: list[str] = []
+
+    def line(self, text: str) -> None:
+        self.out.append(_INDENT * self.depth + text)
+
+    def block(self, head: str, *bodies: Stmt | None) -> None:
+        """``head {``, each body one level deeper (``} else {`` between two), ``}``."""
+        self.line(head + " {")
+        for n, body in enumerate(bodies):
+            if n:
+                self.line("} else {")
+            self.depth += 1
+            self.visit(body)
+            self.depth -= 1
+        self.line("}")
+
+    def visit(self, s: Stmt) -> None:
+        if getattr(self, "visit_" + type(s).__name__, None) is None:
+            self.line(f"<{type(s).__name__}>")
+        else:
+            super().visit(s)
+
+    def visit_Seq(self, s: Seq) -> None:
         for x in s.stmts:
-            _lines(x, depth, out)
-    elif isinstance(s, For):
+            self.visit(x)
+
+    def visit_For(self, s: For) -> None:
         head = "for" if s.kind == "serial" else f"{s.kind} for"
         step = "" if s.step == 1 else f", step {s.step}"
         lo, hi = format_expr(fold_offsets(s.lo)), format_expr(fold_offsets(s.hi))
-        out.append(f"{pad}{head} ({s.var.name}, {lo}, {hi}"
-                   f"{step}) {{")
-        _lines(s.body, depth + 1, out)
-        out.append(pad + "}")
-    elif isinstance(s, Store):
+        self.block(f"{head} ({s.var.name}, {lo}, {hi}{step})", s.body)
+
+    def visit_Store(self, s: Store) -> None:
         lhs = _target(s.buffer, s.indices)
         v = format_expr(s.value)
         if s.reduce is None:
-            out.append(f"{pad}{lhs} = {v}")
-        elif s.reduce == "sum":
-            out.append(f"{pad}{lhs} += {v}")
-        elif s.reduce == "prod":
-            out.append(f"{pad}{lhs} *= {v}")
+            self.line(f"{lhs} = {v}")
+        elif s.reduce in ("sum", "prod"):
+            self.line(f"{lhs} {'+' if s.reduce == 'sum' else '*'}= {v}")
         else:
-            out.append(f"{pad}{lhs} = {s.reduce}({lhs}, {v})")
-    elif isinstance(s, Allocate):
+            self.line(f"{lhs} = {s.reduce}({lhs}, {v})")
+
+    def visit_Allocate(self, s: Allocate) -> None:
         scope = "" if s.buffer.scope == "temp" else f" ({s.buffer.scope})"
-        out.append(f"{pad}allocate {s.buffer.name}: {_shape(s.buffer)}{scope} {{")
-        _lines(s.body, depth + 1, out)
-        out.append(pad + "}")
-    elif isinstance(s, IfThenElse):
-        out.append(f"{pad}if ({format_expr(s.cond)}) {{")
-        _lines(s.then, depth + 1, out)
-        if s.else_ is not None:
-            out.append(pad + "} else {")
-            _lines(s.else_, depth + 1, out)
-        out.append(pad + "}")
-    elif isinstance(s, LetStmt):
-        out.append(f"{pad}let {s.var.name} = {format_expr(s.value)} {{")
-        _lines(s.body, depth + 1, out)
-        out.append(pad + "}")
-    else:
-        out.append(f"{pad}<{type(s).__name__}>")
+        self.block(f"allocate {s.buffer.name}: {_shape(s.buffer)}{scope}", s.body)
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        bodies = (s.then,) if s.else_ is None else (s.then, s.else_)
+        self.block(f"if ({format_expr(s.cond)})", *bodies)
+
+    def visit_LetStmt(self, s: LetStmt) -> None:
+        self.block(f"let {s.var.name} = {format_expr(s.value)}", s.body)
 
 
 def format_stmt(stmt: Stmt, indent: int = 0) -> str:
     """One statement (and everything nested in it) as indented text."""
-    out: list[str] = []
-    _lines(stmt, indent, out)
-    return "\n".join(out)
+    printer = _Printer(indent)
+    printer.visit(stmt)
+    return "\n".join(printer.out)
 
 
 def format_signature(func: LoweredFunc) -> str:

@@ -1,9 +1,9 @@
 """The CUDA backend: CUDA C from the loop IR, compiled with NVRTC or nvcc, launched through the
 CUDA driver API.
 
-* :mod:`.schedule` — stages to kernels, loops to the grid, atomics (:mod:`.reorder` first
-  undoes the CPU's loop order of sums); :mod:`.blocks` — block reductions (warp shuffles,
-  shared memory) and shared-memory tiling of contractions, where a static rule says they pay;
+* the GPU schedule (:mod:`tecomp.passes.schedule.gpu`, run by the pipeline) cuts the loop
+  IR, in the plain order lowering emits, into kernels: loops to the grid, atomics, block
+  reductions (warp shuffles, shared memory) and shared-memory tiling of contractions;
 * :mod:`.render` — the CUDA subclass of the C-style renderer (:mod:`tecomp.codegen.cstyle`),
   with :mod:`.render_blocks` for the block-level schedules;
 * :mod:`.compile` — NVRTC / nvcc to a cubin, cached;

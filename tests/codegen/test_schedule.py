@@ -10,6 +10,7 @@ import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Store
 from tecomp.passes.schedule.cpu import fuse_parallel
+from tecomp.passes.schedule.cpu.sum_order import order_sums
 
 I64 = "int64"
 
@@ -85,7 +86,7 @@ def test_window_bounds_are_inverted_to_put_the_data_axis_innermost(rng):
         return tc.sum(G[j - k] * w[k], axis=k)
 
     D = tc.compute((n + r - 1,), f, name="D")
-    func = tc.lower(D, [G, w]).func
+    func = order_sums(tc.lower(D, [G, w]).func)  # the CPU schedule's loop order
     names = [loop.var.name for loop in _loops(func.body)]
     assert names[-1] == "j" and names.count("j") == 2  # zero fill, then k { j }
     k_loop = [loop for loop in _loops(func.body) if loop.var.name == "k"][0]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_order import lower
 
 import tecomp as tc
 from tecomp.loopir import Allocate, For, Seq
-from tecomp.passes.lower import lower
 from tecomp.passes.schedule.cpu.fuse_loops import fuse_row_loops
 
 

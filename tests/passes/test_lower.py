@@ -53,6 +53,16 @@ def test_case_matches_evaluator(case, rng):
     check(outs, ins, arrays, scalars)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_case_in_cpu_loop_order_matches_evaluator(case, rng):
+    """The same programs after the CPU schedule's loop order of reductions."""
+    from tecomp.passes.schedule.cpu.sum_order import order_sums
+
+    outs, ins, arrays, scalars = CASES[case](rng)
+    func, constants = lower_program(outs, ins)
+    check(outs, ins, arrays, scalars, func=order_sums(func), constants=constants)
+
+
 @pytest.mark.parametrize("case", ["matmul", "softmax", "conv2d", "triangular"])
 def test_public_lower_matches_evaluator(case, rng):
     outs, ins, arrays, scalars = CASES[case](rng)

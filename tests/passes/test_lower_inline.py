@@ -1,4 +1,5 @@
-"""Inlining decisions and the i-k-j loop order of sum reductions."""
+"""Inlining decisions, and the i-k-j loop order of sum reductions (the CPU schedule's first
+step, passes/schedule/cpu/sum_order.py, on lowered programs)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,20 @@ from test_lower import allocs, check, stmts
 
 import tecomp as tc
 from tecomp.loopir import For, IfThenElse, Seq, Store
+from tecomp.passes.affine_forms import coefficient
 from tecomp.passes.inline import INLINE_BUDGET, inline_stages
-from tecomp.passes.loop_order import coefficient
-from tecomp.passes.lower import lower
+from tecomp.passes.lower import lower, lower_program
+from tecomp.passes.schedule.cpu.sum_order import order_sums
 
 
 def temps(outs, ins):
     return allocs(lower(outs, ins), "temp")
+
+
+def check_cpu(outs, ins, arrays):
+    """The lowered program in the CPU loop order, checked against the evaluator."""
+    func, constants = lower_program(outs, ins)
+    return check(outs, ins, arrays, func=order_sums(func), constants=constants)
 
 
 # ------------------------------------------------------------------------------ inlining
@@ -148,13 +156,13 @@ def test_matmul_in_ikj_order(rng):
     for a_t in (False, True):
         C, A, B = _matmul(a_t=a_t)
         arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)) for t in (A, B)]
-        func = check([C], [A, B], arrays)
+        func = check_cpu([C], [A, B], arrays)
         assert _is_ikj(func), a_t
 
 
 def test_dot_product_inner_keeps_plain_order(rng):
     C, A, B = _matmul(b_t=True)  # A @ B.T: k is unit stride in both reads
-    func = check([C], [A, B], [rng.standard_normal((3, 4)), rng.standard_normal((5, 4))])
+    func = check_cpu([C], [A, B], [rng.standard_normal((3, 4)), rng.standard_normal((5, 4))])
     assert not _is_ikj(func)
     assert allocs(func, "local") == ["C_sum"]
 
@@ -164,7 +172,7 @@ def test_vector_matrix_product_reordered_without_parallel(rng):
     x = tc.placeholder((4,), name="x")
     k = tc.reduce_axis(4, name="k")
     y = tc.compute((5,), lambda j: tc.sum(A[k, j] * x[k], axis=k), name="y")
-    func = check([y], [A, x], [rng.standard_normal((4, 5)), rng.standard_normal(4)])
+    func = check_cpu([y], [A, x], [rng.standard_normal((4, 5)), rng.standard_normal(4)])
     init, acc = func.body.stmts
     assert acc.var.name == "k" and acc.body.var.name == "j"
     assert all(s.kind == "serial" for s in stmts(func.body) if isinstance(s, For))
@@ -180,7 +188,7 @@ def test_reorder_with_where_and_bounds_on_outer_axis(rng):
 
     C = tc.compute((4, 4), lower_tri, name="C")
     arrays = [rng.standard_normal((4, 4)), rng.standard_normal((4, 4))]
-    func = check([C], [A, B], arrays)
+    func = check_cpu([C], [A, B], arrays)
     assert _is_ikj(func)
     assert any(isinstance(s, IfThenElse) for s in stmts(func.body))
     assert [s.var.name for s in stmts(func.body) if isinstance(s, For)] == ["i", "j", "k", "j"]
@@ -190,7 +198,7 @@ def test_reorder_with_where_and_bounds_on_outer_axis(rng):
         return tc.sum(A[i, k] * B[k, j], axis=k)
 
     D = tc.compute((4, 4), upper_tri, name="D")
-    func = check([D], [A, B], arrays)
+    func = check_cpu([D], [A, B], arrays)
     assert [s.var.name for s in stmts(func.body) if isinstance(s, For)] == ["i", "j", "k", "j"]
 
 
@@ -199,7 +207,7 @@ def test_reordered_sum_renames_clashing_axis(rng):
     B = tc.placeholder((4, 5), name="B")
     j2 = tc.reduce_axis(4, name="j")  # the reduce axis has the name of the data axis
     C = tc.compute((3, 5), lambda i, jj: tc.sum(A[i, j2] * B[j2, jj], axis=j2), name="C")
-    got = run(lower([C], [A, B]), [np.ones((3, 4)), np.ones((4, 5))])
+    got = run(order_sums(lower([C], [A, B])), [np.ones((3, 4)), np.ones((4, 5))])
     np.testing.assert_array_equal(got[0], np.full((3, 5), 4.0, dtype=np.float32))
 
 

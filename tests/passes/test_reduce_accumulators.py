@@ -4,12 +4,12 @@ results in the loop-IR interpreter, and the accuracy of compiled long sums."""
 from __future__ import annotations
 
 import numpy as np
+from cpu_order import lower_program
 from loop_interp import run
 
 import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import Allocate, For, Seq
-from tecomp.passes.lower import lower_program
 from tecomp.passes.schedule.cpu.reduce_accumulators import block_sums
 
 

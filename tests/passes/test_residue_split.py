@@ -1,6 +1,6 @@
-"""Residue splitting of sliding sum windows (passes/residue_split.py): convolution gradients
-for strides, dilations and paddings against the evaluator (loop interpreter and LLVM), the
-split visible in the loop IR, symbolic sizes, and the cases that keep the loop-order form;
+"""Residue splitting of sliding sum windows (passes/schedule/cpu/residue_split.py): convolution
+gradients for strides, dilations and paddings against the evaluator (loop interpreter and LLVM),
+the split visible in the loop IR, symbolic sizes, and the cases that keep the loop-order form;
 with the passes that shape the same gradients: crop absorption (passes/absorb_crop.py),
 flattened strided weight sums (passes/flatten_sum.py), flattened rows of a strided forward
 (passes/flatten_rows.py) and the parallel collapsing of the split stage
@@ -16,11 +16,20 @@ import tecomp as tc
 from tecomp import expr as E
 from tecomp.functor import walk
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Store
-from tecomp.passes.loop_order import coefficient
-from tecomp.passes.residue_split import find_window
+from tecomp.lowering_api import Lowered
+from tecomp.passes.affine_forms import coefficient
 from tecomp.passes.schedule.cpu import fuse_parallel, schedule_cpu
+from tecomp.passes.schedule.cpu.residue_split import find_window
+from tecomp.passes.schedule.cpu.sum_order import order_sums
 
 I64 = "int64"
+
+
+def cpu_lower(outs, ins) -> Lowered:
+    """``tc.lower``, then the CPU schedule's loop order of reductions, which residue-splits
+    (the form these tests look at)."""
+    low = tc.lower(outs, ins)
+    return Lowered(order_sums(low.func), low.constants)
 
 
 def _loops(s, outer=()):
@@ -79,7 +88,7 @@ def test_convolution_gradients_match_the_evaluator(stride, dil, pad):
     rng = np.random.default_rng(100 * stride + 10 * dil + pad)
     size = (11, 10) if (stride + dil + pad) % 2 else (10, 13)   # odd and even extents
     X, W, H, grads = _conv_grads((1, 2) + size, (3, 2, 3, 3), stride, pad, dil)
-    low = tc.lower(grads, [X, W, H])
+    low = cpu_lower(grads, [X, W, H])
     arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
               for t in (X, W, H)]
     want = tc.evaluate(grads, dict(zip([X, W, H], arrays)))
@@ -94,7 +103,7 @@ def test_convolution_gradients_match_the_evaluator(stride, dil, pad):
                                                (2, 5, 2), (3, 4, 1), (3, 4, 2), (3, 5, 2)])
 def test_strided_input_gradient_accumulates_phases_with_unit_stride(stride, kernel, pad):
     X, W, H, grads = _conv_grads((1, 2, 21, 20), (3, 2, kernel, kernel), stride, pad, 1)
-    func = tc.lower(grads[:1], [X, W, H]).func
+    func = cpu_lower(grads[:1], [X, W, H]).func
     phases = [b for b in _allocated(func.body) if b.name.endswith("_phases")]
     assert len(phases) == 1, "no phase-major temporary"
     (ph,) = phases
@@ -143,7 +152,7 @@ def _transposed(n: E.Expr | int, stride: int, width: int, name: str = "G"):
 def test_symbolic_size_transposed_convolution(stride, width):
     n = tc.var("n")
     H, W, G = _transposed(n, stride, width)
-    func = tc.lower([G], [H, W]).func
+    func = cpu_lower([G], [H, W]).func
     assert any(x.var.name == "j_q" for x, _ in _loops(func.body))   # the split fired
     kernel = tc.build([G], [H, W])
     rng = np.random.default_rng(stride * 10 + width)
@@ -163,7 +172,7 @@ def test_float_sums_are_bit_identical_to_the_plain_order():
     rng = np.random.default_rng(3)
     h = (rng.standard_normal(9) * 1e3).astype(np.float32)
     w = rng.standard_normal(3).astype(np.float32)
-    func = tc.lower([G], [H, W]).func
+    func = cpu_lower([G], [H, W]).func
     (got,) = run(func, [h, w])
     want = np.zeros(19, np.float32)
     for j in range(19):
@@ -242,12 +251,12 @@ def test_strided_gradient_runs_on_many_parallel_iterations():
 def test_padded_gradient_is_computed_inside_the_crop():
     """The padded input gradient is absorbed into its crop: no padded buffer, no copy."""
     X, W, H, grads = _conv_grads((1, 2, 9, 10), (3, 2, 3, 3), 1, 1, 1)
-    func = tc.lower(grads[:1], [X, W, H]).func
+    func = cpu_lower(grads[:1], [X, W, H]).func
     assert not [b for b in _allocated(func.body) if "pad" in b.name]
     X2, W2, H2, grads2 = _conv_grads((1, 2, 9, 10), (3, 2, 3, 3), 1, 1, 1)
     # read twice (the crop and a second output): the padded gradient keeps its buffer
     Xp = grads2[0].op.body.tensor
-    both = tc.lower([grads2[0], Xp], [X2, W2, H2]).func
+    both = cpu_lower([grads2[0], Xp], [X2, W2, H2]).func
     assert any(b.name == Xp.name for b in both.outputs)
 
 
@@ -260,7 +269,7 @@ def test_crop_of_a_reduction_matches_the_evaluator(offsets):
     C = tc.compute((6, 9), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
     a, b = offsets
     D = tc.compute((4, 7), lambda i, j: C[i + a, j + b], name="D")
-    func = tc.lower([D], [A, B]).func
+    func = cpu_lower([D], [A, B]).func
     assert not list(_allocated(func.body)), "the product was not absorbed into the crop"
     arrays = [rng.standard_normal((6, 7)).astype(np.float32),
               rng.standard_normal((7, 9)).astype(np.float32)]
@@ -276,7 +285,7 @@ def test_crop_of_a_reduction_matches_the_evaluator(offsets):
 def test_strided_weight_gradient_is_a_flat_dot_over_staged_columns(stride, dil, pad):
     rng = np.random.default_rng(7 * stride + dil + pad)
     X, W, H, grads = _conv_grads((1, 3, 20, 21), (5, 3, 3, 3), stride, pad, dil)
-    low = tc.lower(grads[1:], [X, W, H])
+    low = cpu_lower(grads[1:], [X, W, H])
     cols = [b for b in _allocated(low.func.body) if b.name.endswith("_cols")]
     assert len(cols) == 1, "the strided read of the weight gradient was not staged"
     acc = [x for x, _ in _loops(low.func.body) if isinstance(x.body, Store)
@@ -293,7 +302,7 @@ def test_strided_weight_gradient_is_a_flat_dot_over_staged_columns(stride, dil, 
 
 def test_unit_stride_weight_gradient_is_not_staged():
     X, W, H, grads = _conv_grads((1, 3, 20, 21), (5, 3, 3, 3), 1, 1, 1)
-    low = tc.lower(grads[1:], [X, W, H])
+    low = cpu_lower(grads[1:], [X, W, H])
     assert not [b for b in _allocated(low.func.body) if b.name.endswith("_cols")]
 
 
@@ -306,7 +315,7 @@ def test_residues_that_no_term_reaches(stride, kernel, dil, pad):
     arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
               for t in (X, W, H)]
     want = tc.evaluate(grads, dict(zip([X, W, H], arrays)))
-    low = tc.lower(grads, [X, W, H])
+    low = cpu_lower(grads, [X, W, H])
     got = run(low.func, arrays, constants=low.constants)
     compiled = tc.build(grads, [X, W, H])(*arrays)
     for g, c, w in zip(got, compiled, want):
@@ -326,7 +335,7 @@ def _conv(shape, wshape, stride, pad, dil):
 def test_strided_convolution_is_a_product_with_long_rows(stride, dil, pad, size):
     rng = np.random.default_rng(stride + 10 * dil + 100 * pad)
     X, W, Y = _conv((1, 3) + size, (6, 3, 3, 3), stride, pad, dil)
-    low = tc.lower([Y], [X, W])
+    low = cpu_lower([Y], [X, W])
     names = [b.name for b in _allocated(low.func.body)]
     assert "conv2d_cols" in names and "conv2d_rows" in names
     acc = [x for x, _ in _loops(low.func.body) if isinstance(x.body, Store)
@@ -346,7 +355,7 @@ def test_strided_convolution_is_a_product_with_long_rows(stride, dil, pad, size)
 def test_unit_stride_or_unshared_convolution_is_not_flattened(stride, channels):
     """Stride 1 has no strided read; two output channels reuse the columns too little."""
     X, W, Y = _conv((1, 3, 20, 21), (channels, 3, 3, 3), stride, 1, 1)
-    names = [b.name for b in _allocated(tc.lower([Y], [X, W]).func.body)]
+    names = [b.name for b in _allocated(cpu_lower([Y], [X, W]).func.body)]
     assert "conv2d_cols" not in names and "conv2d_rows" not in names
 
 
@@ -382,7 +391,7 @@ def test_window_with_a_where_keeps_its_guard(stride):
         return tc.sum(H[k] * W[j - stride * k], axis=k, where=tc.ne(k, 3))
 
     G = tc.compute((stride * (n - 1) + width,), body, name="G")
-    func = tc.lower([G], [H, W]).func
+    func = cpu_lower([G], [H, W]).func
     assert any(x.var.name == "j_q" for x, _ in _loops(func.body))
     rng = np.random.default_rng(stride)
     h = rng.standard_normal(n).astype(np.float32)
@@ -404,7 +413,7 @@ def test_flat_sum_with_the_reduction_axes_outside_reads():
     G = tc.compute((8, 4, 3, 3), lambda co, ci, ky, kx: tc.sum(
         H[0, co, y, x] * Xp[0, ci, 2 * y + ky, 2 * x + kx] * tc.cast(y - x, "float32"),
         axis=[y, x]), name="G")
-    func = tc.lower([G], [Xp, H]).func
+    func = cpu_lower([G], [Xp, H]).func
     assert [b for b in _allocated(func.body) if b.name.endswith("_cols")]
     arrays = [rng.standard_normal((1, 4, 34, 34)).astype(np.float32),
               rng.standard_normal((1, 8, 16, 16)).astype(np.float32)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import test_lower_random as random_programs
+from cpu_order import lower_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loop_interp import run
@@ -13,7 +14,6 @@ from loop_interp import run
 import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import Allocate, For, Seq, Store
-from tecomp.passes.lower import lower_program
 from tecomp.passes.schedule.cpu import schedule_cpu
 from tecomp.passes.schedule.cpu.dot import block_dots
 from tecomp.passes.schedule.cpu.tile import block_rows

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_order import lower_program
 from loop_interp import random_inputs, run
 
 import tecomp as tc
 from tecomp.host import Host, describe
 from tecomp.loopir import For, Seq
-from tecomp.passes.lower import lower_program
 from tecomp.passes.schedule.cpu import schedule_cpu
 from tecomp.passes.schedule.cpu.gemm import block_caches, block_sizes
 

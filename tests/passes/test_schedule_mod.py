@@ -5,10 +5,10 @@ count, results equal to the evaluator's."""
 from __future__ import annotations
 
 import numpy as np
+from cpu_order import lower
 
 import tecomp as tc
 from tecomp.loopir import For, LetStmt, Seq
-from tecomp.passes.lower import lower
 from tecomp.passes.schedule.cpu.mod import split_mod_loops
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_order import lower_program
 from loop_interp import random_inputs, run
 
 import tecomp as tc
 from tecomp import expr as E
 from tecomp.loopir import For, Seq, Store
-from tecomp.passes.lower import lower_program
 from tecomp.passes.schedule.cpu import schedule_cpu
 from tecomp.passes.schedule.cpu.tile import block_rows
 

@@ -1,6 +1,7 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
-:func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
+:func:`schedule_cpu` is the whole CPU schedule: the loop order of reductions
+(:mod:`.sum_order`: "i, k, j" sums, residue splitting), register/cache blocking of "i, k, j" sums
 (:mod:`.tile`, :mod:`.dot`), strip-mining by index divisors
 (:mod:`.mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
 :func:`fuse_parallel`, described here.
@@ -57,9 +58,10 @@ from tecomp.stmt_functor import bound_names
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
                  host: Host | None = None, gemm: bool = True,
                  pack: bool = True) -> LoweredFunc:
-    """The CPU schedule of a lowered program: with ``gemm``, cache blocking of large "i, k,
+    """The CPU schedule of a lowered program: the CPU loop order of reductions
+    (:func:`.sum_order.order_sums`), then, with ``gemm``, cache blocking of large "i, k,
     j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
-    to contiguous memory), register blocking of the others
+    to contiguous memory and register tiles), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
     (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
@@ -79,8 +81,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .gemm import block_caches
     from .mod import split_mod_loops
     from .reduce_accumulators import block_sums
+    from .sum_order import order_sums
     from .tile import block_rows
 
+    func = order_sums(func)
 
     host = describe() if host is None else host
     if gemm:

@@ -1,7 +1,7 @@
 """Register and cache blocking of sum contractions on loop IR (CPU scheduling).
 
-The loop-order pass (:mod:`.loop_order`) lowers a sum whose unit-stride data axis ``j`` should
-run innermost to the "i, k, j" form::
+The loop-order step of the CPU schedule (:mod:`.sum_order`) rewrites a sum whose unit-stride
+data axis ``j`` should run innermost to the "i, k, j" form (:mod:`.loop_order`)::
 
     for (i, ilo, ihi) {
       for (j, jlo, jhi) { C[.., i, .., j] = 0 }
@@ -82,7 +82,7 @@ from tecomp.loopir import (
 )
 from tecomp.stmt_functor import expr_vars, map_loops, subst_expr, walk_expr
 
-from ...residue_split import window_overlap
+from .residue_split import window_overlap
 
 
 def block_rows(func: LoweredFunc, *, rows: int = 4, factor: int = 4,

@@ -56,7 +56,7 @@ from tecomp import expr as E
 from tecomp.errors import ArgumentError
 from tecomp.gpuir import TILE_M, TILE_N, BlockReduce, Tiling
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
-from tecomp.stmt_functor import eval_int, stmt_exprs, walk_expr, walk_stmt
+from tecomp.stmt_functor import eval_int, expr_vars, stmt_exprs, walk_expr, walk_stmt
 
 BLOCK_REDUCE_MAX_OUTPUTS = 16384
 BLOCK_REDUCE_MIN_LENGTH = 64
@@ -65,12 +65,8 @@ TILE_MIN_BLOCKS = 132  # an H200's multiprocessors
 REDUCE_DTYPES = ("float32", "float64", "int32", "int64")
 
 
-def _free(e: E.Expr) -> set[E.Var]:
-    return {n for n in walk_expr(e) if isinstance(n, E.Var)}
-
-
 def _loop_free(loop: For) -> set[E.Var]:
-    return _free(loop.lo) | _free(loop.hi)
+    return expr_vars(loop.lo) | expr_vars(loop.hi)
 
 
 def _reads(s: Stmt, buf: Buffer) -> bool:
@@ -184,7 +180,7 @@ def _groups(mapped: list[For], x: E.Expr, y: E.Expr
     """(batch, rows, columns, row factor, column factor): loops used by one factor only are
     rows (that factor) or columns (the other one); the rest are batch loops.  The columns hold
     the innermost mapped loop (neighbouring threads, neighbouring output elements)."""
-    fx, fy = _free(x), _free(y)
+    fx, fy = expr_vars(x), expr_vars(y)
     last = mapped[-1].var
     if last in fx and last not in fy:
         x, y, fx, fy = y, x, fy, fx
@@ -229,7 +225,7 @@ def match_tiling(mapped: list[For], has_atomics: bool, written: frozenset[Buffer
         return None
     batch, rows, cols, a, b = groups
     kvars = {lp.var for lp in kloops}
-    if _free(init.value) & kvars:
+    if expr_vars(init.value) & kvars:
         return None
     for f in (a, b):
         if any(isinstance(n, BufferLoad) and n.buffer in written for n in walk_expr(f)):

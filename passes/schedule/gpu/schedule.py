@@ -61,10 +61,9 @@ from tecomp.loopir import (
     Stmt,
     Store,
 )
-from tecomp.stmt_functor import stmt_exprs, walk_expr, walk_stmt
+from tecomp.stmt_functor import expr_vars, stmt_exprs, walk_expr, walk_stmt
 
 from .blocks import choose, match_block_reduce, match_tiling
-from .reorder import restore_sum_order
 
 ATOMIC_DTYPES = {"sum": ("float16", "bfloat16", "float32", "float64", "int32", "int64"),
                  "prod": ("float32", "float64", "int32", "int64"),
@@ -75,10 +74,9 @@ ATOMIC_DTYPES = {"sum": ("float16", "bfloat16", "float32", "float64", "int32", "
 def schedule(func: LoweredFunc, *, records: frozenset[Buffer] = frozenset()) -> GpuProgram:
     """Cut ``func`` into kernels and map their loops onto the grid (see the module doc).
 
-    Sum reductions in the CPU's "i, k, j" order are first put back in GPU order
-    (:func:`.reorder.restore_sum_order`).  ``records`` are buffers whose racy stores are
-    allowed (error records) and ignored when deciding the mapping."""
-    func = restore_sum_order(func)
+    ``func`` is the target-independent loop IR (each reduction in its plain order, with a
+    local accumulator).  ``records`` are buffers whose racy stores are allowed (error
+    records) and ignored when deciding the mapping."""
     temps: list[Buffer] = []
     raw: list[tuple[Stmt, tuple[tuple[E.Var, E.Expr], ...]]] = []
 
@@ -169,10 +167,6 @@ def _bound_inside(s: Stmt) -> set[E.Var]:
     return {x.var for x in walk_stmt(s) if isinstance(x, (For, LetStmt))}
 
 
-def _free(e: E.Expr) -> set[E.Var]:
-    return {n for n in walk_expr(e) if isinstance(n, E.Var)}
-
-
 def _linear_in(e: E.Expr, v: E.Var, bad: set[E.Var]) -> bool:
     """Whether ``e`` is ``a*v + c`` with a constant ``a != 0`` and ``c`` free of ``bad``."""
     coef = _coef(e, v, bad)
@@ -199,7 +193,7 @@ def _coef(e: E.Expr, v: E.Var, bad: set[E.Var]) -> int | None:
             if isinstance(k, E.Const):
                 c = _coef(x, v, bad)
                 return None if c is None else int(k.value) * c
-    fv = _free(e)
+    fv = expr_vars(e)
     if v in fv or fv & bad:
         return None
     return 0
@@ -291,7 +285,7 @@ def _map_loops(loop: For, local: set[Buffer], outside: set[E.Var]
     inner = loop.body
     while isinstance(inner, For) and not trusted:
         bad = {m.var for m in mapped} | _bound_inside(inner) - {inner.var}
-        if (_free(inner.lo) | _free(inner.hi)) & bad:
+        if (expr_vars(inner.lo) | expr_vars(inner.hi)) & bad:
             break
         pv = [m.var for m in mapped] + [inner.var]
         ok, rest, ok_atomic = _analyse(loop, pv, local)
@@ -353,7 +347,7 @@ def _walk_loads(s: Stmt) -> list[BufferLoad]:
 def _free_all(exprs: tuple[E.Expr, ...]) -> set[E.Var]:
     out: set[E.Var] = set()
     for e in exprs:
-        out |= _free(e)
+        out |= expr_vars(e)
     return out
 
 

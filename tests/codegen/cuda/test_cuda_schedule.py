@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from cuda_emulator import EmulatedDevice, emulated_fixture
 
+import tecomp as tc
 from tecomp import expr as E
 from tecomp.codegen.cuda.compile import compile_many_nvcc, nvcc_path
 from tecomp.codegen.cuda.kernel import CudaKernel
@@ -70,7 +71,7 @@ program("matmul", LoweredFunc("matmul", (A, B), (C,), (n,), For(
                       r.standard_normal((16, 8), np.float32)],
     lambda a, b: a @ b)
 
-# ------------------------------------------------- matmul in the CPU's "i, k, j" order
+# ------------------------- matmul in the "i, k, j" order, accumulating in place (as written)
 C2 = outb("C2", (n, c(8)))
 program("matmul_ikj", LoweredFunc("matmul_ikj", (A, B), (C2,), (n,), For(i, c(0), n, Seq((
     For(j, c(0), c(8), Store(C2, (i, j), f32(0))),
@@ -98,7 +99,7 @@ program("clamped_kj", LoweredFunc("clamped_kj", (XA, WK), (CO,), (n,), Seq((
                            Store(CO, (j,), ld(XA, j + c(1) - k) * ld(WK, k), "sum")))))),
     lambda r: [r.standard_normal(37, np.float32), r.standard_normal(3, np.float32)],
     lambda x, w: np.convolve(x, w, "same").astype(np.float32))
-# a j range that is not a clamp of the init's (it may leave it): not reordered
+# a j range that is not a clamp of the init's (it may leave it)
 CB = outb("CB", (c(8),))
 program("unclamped_kj", LoweredFunc("unclamped_kj", (XA,), (CB,), (n,), Seq((
     For(j, c(0), c(8), Store(CB, (j,), f32(0))),
@@ -275,26 +276,45 @@ def test_parallel_nest_collapses_onto_grid():
     assert not st.atomic and not st.private
 
 
-def test_cpu_order_is_undone_with_a_register_accumulator():
-    prog = schedule(PROGRAMS["matmul_ikj"][0])
-    (st,) = prog.stages
-    assert [x.var.name for x in st.mapped] == ["i", "j"]
-    src = KERNELS["matmul_ikj"].source
-    assert "C2_acc = (C2_acc + " in src and "C2[(i * 8LL + j)] = C2_acc;" in src
-    (st0,) = schedule(PROGRAMS["colsum_kj"][0]).stages
-    assert [x.var.name for x in st0.mapped] == ["j"] and not st0.atomic
+def _lowered_stages(outs, ins):
+    """The GPU schedule's stages of ``outs`` as the pipeline lowers them (plain order) and
+    the CUDA source."""
+    func = tc.lower(outs, ins).func
+    return schedule(func).stages, CudaKernel(schedule_gpu(func), check=False).source
 
 
-def test_clamped_update_range_becomes_a_condition():
-    # the conv2d input gradient's shape: one thread per element, the clamp as a guard
-    (st,) = schedule(PROGRAMS["clamped_kj"][0]).stages
-    assert [x.var.name for x in st.mapped] == ["j"] and not st.atomic
-    src = KERNELS["clamped_kj"].source
-    assert "if (((j >= tc_max(0LL, (k - 1LL))) && (j < tc_min(n, ((n + k) - 1LL)))))" in src
-    assert "CO[j] = CO_acc;" in src
-    # not a clamp (j may leave the init range): init and sum stay two stages, k, j order
-    stages = schedule(PROGRAMS["unclamped_kj"][0]).stages
-    assert "CB_acc" not in KERNELS["unclamped_kj"].source and len(stages) == 2
+def test_lowered_sums_accumulate_in_a_register_per_thread():
+    # lowering emits the declaration order: every output element a thread, its sum local
+    An, Bn = tc.placeholder((29, 16), name="A"), tc.placeholder((16, 8), name="B")
+    r = tc.reduce_axis(16, name="r")
+    Cn = tc.compute((29, 8), lambda a, b: tc.sum(An[a, r] * Bn[r, b], axis=r), name="C")
+    (st,), src = _lowered_stages([Cn], [An, Bn])
+    assert [x.var.name for x in st.mapped] == ["a", "b"] and not st.atomic
+    assert "C_sum = (C_sum + " in src and "= C_sum;" in src
+    Xn = tc.placeholder((13, 300), name="X")  # column sums: no outer loop
+    rr = tc.reduce_axis(13, name="rr")
+    Sn = tc.compute((300,), lambda b: tc.sum(Xn[rr, b], axis=rr), name="S")
+    (st0,), _ = _lowered_stages([Sn], [Xn])
+    assert [x.var.name for x in st0.mapped] == ["b"] and not st0.atomic
+
+
+def test_convolution_input_gradient_maps_one_thread_per_element():
+    # the conv2d input gradient (padding 1): the window's bounds stay on the sum's loops
+    Xn, Wn = tc.placeholder((1, 2, 8, 8), name="X"), tc.placeholder((3, 2, 3, 3), name="W")
+    Y = tc.ops.conv2d(Xn, Wn, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    dX = tc.gradient(Y, [Xn], head=H)[0]
+    stages, src = _lowered_stages([dX], [Xn, Wn, H])
+    st = stages[-1]
+    assert len(st.mapped) == 4 and not st.atomic
+    assert "X_grad_sum" in src
+
+
+def test_in_place_sums_in_k_j_order_keep_their_order():
+    # hand-written loop IR that accumulates in place (j inside k) is left as written
+    for name in ("matmul_ikj", "colsum_kj", "clamped_kj", "unclamped_kj"):
+        assert "_acc" not in KERNELS[name].source
+    assert len(schedule(PROGRAMS["unclamped_kj"][0]).stages) == 2
 
 
 def test_scalar_sum_is_privatised():

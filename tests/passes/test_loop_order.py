@@ -1,5 +1,6 @@
-"""Loop order (passes/loop_order.py): floor-division window bounds inverted exactly (brute
-force over a box), and strided/dilated convolution gradients against the evaluator."""
+"""Loop order (passes/schedule/cpu/loop_order.py): floor-division window bounds inverted
+exactly (brute force over a box), and strided/dilated convolution gradients against the
+evaluator."""
 
 from __future__ import annotations
 
@@ -9,11 +10,21 @@ from loop_interp import run
 
 import tecomp as tc
 from tecomp import expr as E
-from tecomp.loopir import For
-from tecomp.passes.loop_order import coefficient, invert_bounds
+from tecomp.loopir import Allocate, For
+from tecomp.passes.affine_forms import coefficient
 from tecomp.passes.lower import lower_program
+from tecomp.passes.schedule.cpu.loop_order import invert_bounds
+from tecomp.passes.schedule.cpu.sum_order import order_sums
+from tecomp.stmt_functor import walk_stmt
 
 I64 = "int64"
+
+
+def cpu_ordered(outputs, inputs):
+    """The lowered program in the CPU loop order (what these tests look at) and its
+    constants."""
+    func, consts = lower_program(outputs, inputs)
+    return order_sums(func), consts
 
 
 def _c(v: int) -> E.Const:
@@ -79,7 +90,7 @@ def test_strided_and_dilated_convolution_gradients(stride, dilation, pad):
     Y = tc.ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation)
     H = tc.placeholder(Y.shape, name="H")
     grads = tc.gradient(Y, [X, W], head=H)
-    func, consts = lower_program(grads, [X, W, H])
+    func, consts = cpu_ordered(grads, [X, W, H])
     arrays = [rng.standard_normal(tuple(int(s.value) for s in t.shape)).astype(np.float32)
               for t in (X, W, H)]
     got = run(func, arrays, constants=consts)
@@ -98,7 +109,7 @@ def test_strided_convolution_puts_the_output_column_innermost():
     X = tc.placeholder((1, 2, 40, 40), name="X")
     W = tc.placeholder((3, 2, 3, 3), name="W")
     Y = tc.ops.conv2d(X, W, stride=2, padding=1)
-    func, consts = lower_program([Y], [X, W])
+    func, consts = cpu_ordered([Y], [X, W])
     acc = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
            and x.body.reduce == "sum"]
     assert [x.var.name for x in acc] == ["x"]
@@ -118,7 +129,7 @@ def test_depthwise_weight_gradient_sums_along_rows():
     Y = tc.ops.conv2d(X, W, padding=1, groups=4)
     H = tc.placeholder(Y.shape, name="H")
     (gw,) = tc.gradient(Y, [W], head=H)
-    func, consts = lower_program([gw], [X, W, H])
+    func, consts = cpu_ordered([gw], [X, W, H])
     acc = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
            and x.body.reduce == "sum" and x.body.buffer.name.startswith("W_grad")]
     assert acc and all(x.body.indices == () for x in acc)  # a dot product, not "i, k, j"
@@ -134,7 +145,7 @@ def test_depthwise_weight_gradient_sums_along_rows():
 
 def test_triangular_reduction_keeps_its_axis_order():
     """Reduction axes whose bounds use each other are never reordered."""
-    from tecomp.passes.loop_order import contiguous_reduction_last
+    from tecomp.passes.schedule.cpu.loop_order import contiguous_reduction_last
 
     A = tc.placeholder((8, 8), name="A")
     r = tc.reduce_axis(8, name="r")
@@ -164,7 +175,7 @@ def test_max_pool_window_runs_along_the_output_row():
     rng = np.random.default_rng(7)
     X = tc.placeholder((1, 3, 32, 32), name="X")
     Y = tc.ops.max_pool2d(X, 2, 2)
-    func, consts = lower_program([Y], [X])
+    func, consts = cpu_ordered([Y], [X])
     acc = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
            and x.body.reduce == "max"]
     assert [x.var.name for x in acc] == ["x"]
@@ -189,7 +200,7 @@ def test_row_argmax_keeps_rows_innermost():
     Y = tc.compute((64,), lambda i: tc.max(A[i, k], axis=k), name="m")
     H = tc.placeholder((64,), name="H")
     (g,) = tc.gradient(Y, [A], head=H)
-    func, consts = lower_program([g], [A, H])
+    func, consts = cpu_ordered([g], [A, H])
     assert not [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
                 and x.body.reduce in ("max", "min") and x.body.indices]
     rng = np.random.default_rng(8)
@@ -206,7 +217,7 @@ def test_row_sum_with_a_per_row_term_keeps_rows_outermost():
     of ``X`` by columns."""
     X = tc.placeholder((64, 48), name="X")
     Y = tc.ops.log_softmax(X)
-    func, consts = lower_program([Y], [X])
+    func, consts = cpu_ordered([Y], [X])
     sums = [x for x in _loops(func.body) if isinstance(x.body, tc.loopir.Store)
             and x.body.reduce == "sum"]
     assert sums and all(x.var.name == "k" and not x.body.indices for x in sums)
@@ -214,3 +225,39 @@ def test_row_sum_with_a_per_row_term_keeps_rows_outermost():
     (got,) = run(func, [x], constants=consts)
     (want,) = tc.evaluate([Y], {X: x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_lowering_keeps_the_declaration_order_the_cpu_schedule_reorders(rng):
+    """Lowering emits the plain order for every target (a local accumulator per element);
+    the CPU schedule's first step turns it into "i, k, j" (the accumulator becomes the output
+    row), and applying that step again changes nothing."""
+    A = tc.placeholder((6, 5), name="A")
+    B = tc.placeholder((5, 7), name="B")
+    k = tc.reduce_axis(5, name="k")
+    C = tc.compute((6, 7), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    plain, _ = lower_program([C], [A, B])
+    locals_ = [s.buffer.name for s in walk_stmt(plain.body) if isinstance(s, Allocate)]
+    assert locals_ == ["C_sum"]
+    ordered = order_sums(plain)
+    assert not any(isinstance(s, Allocate) for s in walk_stmt(ordered.body))
+    assert [s.var.name for s in walk_stmt(ordered.body) if isinstance(s, For)] == [
+        "i", "j", "k", "j"]
+    assert order_sums(ordered) is ordered
+    arrays = [rng.standard_normal((6, 5)).astype(np.float32),
+              rng.standard_normal((5, 7)).astype(np.float32)]
+    want = tc.evaluate([C], dict(zip([A, B], arrays)))[0]
+    for func in (plain, ordered):
+        np.testing.assert_allclose(run(func, arrays)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_sums_without_a_better_order_are_left_as_lowered():
+    """A dot product over the unit-stride axis (``A @ B.T``) and an element-wise stage keep
+    the lowered nest itself."""
+    A = tc.placeholder((6, 5), name="A")
+    B = tc.placeholder((7, 5), name="B")
+    k = tc.reduce_axis(5, name="k")
+    C = tc.compute((6, 7), lambda i, j: tc.sum(A[i, k] * B[j, k], axis=k), name="C")
+    D = tc.compute((6, 5), lambda i, j: A[i, j] * 2.0, name="D")
+    for out in (C, D):
+        func, _ = lower_program([out], [A, B])
+        assert order_sums(func) is func

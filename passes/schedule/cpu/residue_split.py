@@ -66,9 +66,10 @@ from tecomp import expr as E
 from tecomp.functor import ExprMutator, children, free_vars, fresh_name, substitute, walk
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
 
-from .loop_order import coefficient, floor_form, lower_terms, outer_loops, upper_terms
-from .lower_stage import identity, rename_axes, upper
-from .zero_elimination.bridge import AffineBridge
+from ...affine_forms import coefficient, floor_form, lower_terms, upper_terms
+from ...lower_stage import identity, rename_axes, upper
+from ...zero_elimination.bridge import AffineBridge
+from .loop_order import outer_loops
 
 
 @dataclass(frozen=True)

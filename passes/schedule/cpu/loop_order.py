@@ -45,52 +45,18 @@ from __future__ import annotations
 from typing import Callable
 
 from tecomp import expr as E
-from tecomp.functor import children, tensor_reads
+from tecomp.functor import children, substitute, tensor_reads
 from tecomp.loopir import Buffer, For, IfThenElse, Seq, Stmt, Store
 
-from .lower_stage import identity, rename_axes, upper
-
-
-def coefficient(e: E.Expr, v: E.Var) -> int | None:
-    """The coefficient of ``v`` in ``e`` when ``e`` is affine in ``v``, else None."""
-    if isinstance(e, E.Var):
-        return 1 if e == v else 0
-    if isinstance(e, E.Const):
-        return 0
-    if isinstance(e, E.Add) or isinstance(e, E.Sub):
-        a, b = coefficient(e.a, v), coefficient(e.b, v)
-        if a is None or b is None:
-            return None
-        return a + b if isinstance(e, E.Add) else a - b
-    if isinstance(e, E.Neg):
-        a = coefficient(e.a, v)
-        return None if a is None else -a
-    if isinstance(e, E.Mul):
-        a, b = coefficient(e.a, v), coefficient(e.b, v)
-        if a is None or b is None:
-            return None
-        if a == 0 and isinstance(e.a, E.Const) and b:
-            return int(e.a.value) * b
-        if b == 0 and isinstance(e.b, E.Const) and a:
-            return int(e.b.value) * a
-        return 0 if a == 0 and b == 0 else None
-    if isinstance(e, E.Cast) and e.dtype in ("int32", "int64"):
-        return coefficient(e.value, v)
-    return None if v in _vars(e) else 0
-
-
-def _vars(e: E.Expr) -> set[E.Var]:
-    out, stack = set(), [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, E.Var):
-            out.add(x)
-        stack.extend(children(x))
-    return out
-
-
-def _unit_stride(indices: tuple[E.Expr, ...], v: E.Var) -> bool:
-    return bool(indices) and coefficient(indices[-1], v) == 1
+from ...affine_forms import (
+    coefficient,
+    expr_vars,
+    floor_form,
+    lower_terms,
+    unit_stride,
+    upper_terms,
+)
+from ...lower_stage import identity, rename_axes, upper
 
 
 def _has_reduce(e: E.Expr) -> bool:
@@ -119,12 +85,12 @@ def contiguous_reduction_last(body: E.Expr) -> E.Expr:
         return body
     axes = body.axes
     own = {ax.var for ax in axes}
-    if any((_vars(ax.lo) | _vars(ax.extent)) & own for ax in axes):
+    if any((expr_vars(ax.lo) | expr_vars(ax.extent)) & own for ax in axes):
         return body
     reads = tensor_reads(body.body) + ([] if body.where is None else tensor_reads(body.where))
 
     def score(ax: E.IterVar) -> int:
-        return sum(_unit_stride(r.indices, ax.var) for r in reads)
+        return sum(unit_stride(r.indices, ax.var) for r in reads)
 
     best = max(range(len(axes)), key=lambda n: (score(axes[n]), n))
     if score(axes[best]) <= score(axes[-1]):
@@ -160,9 +126,9 @@ def reorder_sum(axes: tuple[E.IterVar, ...], body: E.Expr, buf: Buffer,
     store_idx = tuple(ax.var for ax in axes)
     # a read that does not move with the reduction (``m[i]`` in ``sum_k exp(X[i, k] - m[i])``)
     # is loaded once per element in the plain order: it does not vote for ``j`` innermost
-    moving = [r for r in reads if any(k in _vars(x) for x in r.indices)]
-    score_j = _unit_stride(store_idx, j) + sum(_unit_stride(r.indices, j) for r in moving)
-    score_k = sum(_unit_stride(r.indices, k) for r in reads)
+    moving = [r for r in reads if any(k in expr_vars(x) for x in r.indices)]
+    score_j = unit_stride(store_idx, j) + sum(unit_stride(r.indices, j) for r in moving)
+    score_k = sum(unit_stride(r.indices, k) for r in reads)
     if not _j_inside(score_j, score_k, reads, axes, raxes, body.combiner == "sum"):
         return None
     jlo, jhi = conv(jlo_t), conv(jhi_t)
@@ -198,7 +164,7 @@ def _j_inside(score_j: int, score_k: int, reads: list, axes: tuple[E.IterVar, ..
     j, k = axes[-1].var, raxes[-1].var
     if by_score and score_j > score_k:
         return True
-    window = any(_unit_stride(r.indices, j) and _unit_stride(r.indices, k) for r in reads)
+    window = any(unit_stride(r.indices, j) and unit_stride(r.indices, k) for r in reads)
     if score_j == score_k and window and _short_inner(raxes[-1], axes[-1]):
         return True
     strided = any(r.indices and coefficient(r.indices[-1], j) not in (None, 0)
@@ -219,44 +185,6 @@ def _short_inner(k: E.IterVar, j: E.IterVar, most: int | None = None) -> bool:
     if most is not None and (ek is None or ek > most or (ej is not None and ej < 4 * most)):
         return False
     return ek is not None and (ej is None or ej > ek)
-
-
-def lower_terms(e: E.Expr) -> list[E.Expr]:
-    """``max(a, max(b, c))`` -> ``[a, b, c]`` (the terms a lower bound is the maximum of)."""
-    if isinstance(e, E.Max):
-        return lower_terms(e.a) + lower_terms(e.b)
-    return [e]
-
-
-def upper_terms(e: E.Expr) -> list[E.Expr]:
-    """``min(a, b) + c`` -> ``[a + c, b + c]`` (an exclusive upper bound as a minimum)."""
-    if isinstance(e, E.Min):
-        return upper_terms(e.a) + upper_terms(e.b)
-    if isinstance(e, E.Add) and isinstance(e.b, E.Const) and isinstance(e.a, E.Min):
-        return [E.add(t, e.b) for t in upper_terms(e.a)]
-    return [e]
-
-
-def floor_form(t: E.Expr, j: E.Var):
-    """``(a, r, c, d)`` with ``t == (a*j + r) // c + d``, ``a`` in {1, -1}, ``c >= 1`` and
-    ``r, d`` free of ``j``; None when ``t`` is not of that form."""
-    if isinstance(t, (E.Add, E.Sub)) and j not in _vars(t.b):
-        inner = floor_form(t.a, j)
-        if inner is None:
-            return None
-        a, r, c, d = inner
-        return a, r, c, (E.add(d, t.b) if isinstance(t, E.Add) else E.sub(d, t.b))
-    if isinstance(t, E.Add) and j not in _vars(t.a):
-        inner = floor_form(t.b, j)
-        return None if inner is None else (*inner[:3], E.add(inner[3], t.a))
-    if isinstance(t, E.FloorDiv) and isinstance(t.b, E.Const) and int(t.b.value) >= 1:
-        a = coefficient(t.a, j)
-        if a not in (1, -1):
-            return None
-        from tecomp.functor import substitute
-
-        return a, substitute(t.a, {j: E.Const(0, j.dtype)}), int(t.b.value), E.Const(0, j.dtype)
-    return None
 
 
 def _invert_floor(t: E.Expr, k: E.Var, j: E.Var, lower: bool):
@@ -303,7 +231,7 @@ def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Ex
     for ax in raxes:
         k = ax.var
         lo, hi = ax.lo, upper(ax.lo, ax.extent)
-        if j not in _vars(lo) and j not in _vars(hi):
+        if j not in expr_vars(lo) and j not in expr_vars(hi):
             kb.append((lo, hi))
             continue
         nlo = _invert_terms(lower_terms(lo), k, j, jlo, jlast, jl, jh, True)
@@ -319,8 +247,6 @@ def _invert_terms(terms: list[E.Expr], k: E.Var, j: E.Var, jlo: E.Expr, jlast: E
     """One side of :func:`invert_bounds`: the terms of ``k``'s lower (``lower``) or upper
     bound, each in ``j`` turned into a bound of ``j`` (appended to ``jl``/``jh``) and
     replaced by its extreme over ``j``; their max (lower) or min (upper), or None."""
-    from tecomp.functor import substitute
-
     same, other = (jh, jl) if lower else (jl, jh)  # where a term with coefficient +1 goes
     at_plus, at_minus = (jlo, jlast) if lower else (jlast, jlo)
     combine = E.maximum if lower else E.minimum
