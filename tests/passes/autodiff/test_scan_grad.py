@@ -148,9 +148,3 @@ def test_chained_scans_and_a_reduction_of_the_result(rng):
     want = np.sum(np.cumprod(0.3 * s1 + 1.0, 1) * s1, 1)
     np.testing.assert_allclose(tc.evaluate([out], {X: x})[0], want, rtol=1e-12)
     check_gradient(out, [X], {X: x}, optimize=True)
-
-
-def test_jacobian_through_a_scan_is_a_clear_error():
-    X = tc.placeholder((4, 2), name="X", dtype="float64")
-    with pytest.raises(tc.DifferentiationError, match="jacobian through the scan"):
-        tc.jacobian(tc.ops.cumsum(X, 0), X)
