@@ -267,7 +267,15 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     outs = sc.outputs
     dtype = outs[0].dtype
     K = len(outs)
-    masked = guarded_body(sc)
+    # the outer tensors are cut behind placeholders: J's derivative w.r.t. an outer tensor
+    # is its direct contribution only (one that reads another, xin = U X with a step that
+    # reads both, gets the rest through the enclosing reverse pass, not twice)
+    cut = {id(x): Tensor(x.name, x.shape, x.dtype, PlaceholderOp()) for x in sc.outer
+           if not (x.is_placeholder or x.is_constant)}
+    back = {id(c): x for x in sc.outer if id(x) in cut for c in (cut[id(x)],)}
+    guarded = guarded_body(sc)
+    upd = replace_tensors([guarded[id(u)] for u in sc.update], cut)
+    masked = {id(u): m for u, m in zip(sc.update, upd)}
     adj_states = [Tensor(f"{o.name}_adj", o.shape, o.dtype, PlaceholderOp()) for o in outs]
     j_axes = []
     total: E.Expr = E.Zero(dtype)
@@ -281,7 +289,7 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     J = Tensor(f"{sc.name}_vjp", (), dtype, ComputeOp((), total, None))
     one = Tensor(f"{sc.name}_one", (), dtype, ComputeOp((), E.Const(1.0, dtype), None))
     floats = [x for x in targets if dtypes.is_float(x.dtype)]
-    wrt = list(sc.state) + floats
+    wrt = list(sc.state) + [cut.get(id(x), x) for x in floats]
     grads = differentiate(J, wrt, one)
     d_state, d_outer = grads[:K], grads[K:]
     # the adjoint step: A_k = G_k + dJ/dstate_k, forward values read from the stored states
@@ -291,9 +299,8 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
         d = d_state[k]
         updates.append(_compute(f"{o.name}_adj_step", o.shape, o.dtype,
                                 lambda *ix, g=g, d=d: _plus(g, d, ix)))
-    upd = [masked[id(u)] for u in sc.update]
     k = len(updates)
-    both = read_stored_states(updates + d_outer, sc, upd)
+    both = replace_tensors(read_stored_states(updates + d_outer, sc, upd), back)
     updates, d_outer = both[:k], both[k:]
     updates = _optimize_step(updates, adj_states)
     inits = [_compute(f"{o.name}_adj_init", (E.Const(0, "int64"),) + o.shape[1:], o.dtype,

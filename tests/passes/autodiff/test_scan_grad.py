@@ -148,3 +148,22 @@ def test_chained_scans_and_a_reduction_of_the_result(rng):
     want = np.sum(np.cumprod(0.3 * s1 + 1.0, 1) * s1, 1)
     np.testing.assert_allclose(tc.evaluate([out], {X: x})[0], want, rtol=1e-12)
     check_gradient(out, [X], {X: x}, optimize=True)
+
+
+def test_step_reading_an_outer_tensor_and_its_input(rng):
+    """The step reads both ``xin = U x`` and ``x``: x's gradient counts the path through xin
+    once (the scan's contribution to x is its direct one only)."""
+    B, n, H, T = 2, 2, 3, 4
+    X = tc.placeholder((B, n), name="x", dtype="float64")
+    U = tc.placeholder((H, n), name="U", dtype="float64")
+    st = tc.placeholder((T, B, H), name="h", dtype="float64")
+    k = tc.reduce_axis(n, "k")
+    xin = tc.compute((B, H), lambda b, i: tc.sum(U[i, k] * X[b, k], axis=k), name="xin")
+    upd = tc.compute((T, B, H), lambda t, b, i: xin[b, i] * st[t - 1, b, i] + X[b, i % n],
+                     name="upd")
+    init = tc.compute((1, B, H), lambda s, b, i: tc.sin(X[b, i % n]) * xin[b, i], name="init")
+    S = tc.scan(init, upd, st, name="rnn")
+    a = {X: rng.standard_normal((B, n)), U: rng.standard_normal((H, n))}
+    check_gradient(S, [X, U], a, head=rng.standard_normal((T, B, H)), optimize=True,
+                   convergence=True)
+    check_gradient(S, [X], a, optimize=False)
