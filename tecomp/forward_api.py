@@ -134,12 +134,12 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     which tensor breaks it).  ``A`` is a constant symmetric NumPy matrix of size
     ``x.shape[-1]``.
 
-    A graph with a scan (``tc.scan``) is computed by the Hessian method (DOF has no scan
-    rule).  ``method="dof"`` forward-propagates ``(value, L grad, operator)`` with
-    ``A = L^T D L`` (r = rank A tangent components per tensor); ``method="hessian"`` is the
-    baseline that builds each sample's Hessian by forward over reverse mode and contracts
-    it with ``A`` (N tangent components through the forward and the reverse graph, then an
-    N x N contraction per sample).
+    ``method="dof"`` forward-propagates ``(value, L grad, operator)`` with ``A = L^T D L``
+    (r = rank A tangent components per tensor); through a scan (``tc.scan``) the triple of
+    every state is a forward scan of its own (the samples must lie off the time axis).
+    ``method="hessian"`` is the baseline that builds each sample's Hessian by forward over
+    reverse mode and contracts it with ``A`` (N tangent components through the forward and
+    the reverse graph, then an N x N contraction per sample).
 
     Example::
 
@@ -158,8 +158,6 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     _check_float(x, f"{who}: x")
     _check_float(output, f"{who}: output")
     a = check_operator_matrix(A, _last_extent(x, who), who)
-    if method == "dof" and _has_scan(output):
-        method = "hessian"  # DOF has no rule for scans yet: the baseline is exact
     if method == "dof":
         return dof_operator(output, x, decompose(a), who=who)
     if method == "hessian":
@@ -167,13 +165,6 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
 
         return hessian_operator(output, x, a, who=who, gradient=_gradient)
     raise TecompError(f"{who}: unknown method {method!r}; use 'dof' or 'hessian'")
-
-
-def _has_scan(output: Tensor) -> bool:
-    from .functor import topo_order
-    from .scan_op import ScanOp
-
-    return any(isinstance(t.op, ScanOp) for t in topo_order([output]))
 
 
 def laplacian(output: Tensor, x: Tensor, method: str = "dof") -> Tensor:
