@@ -121,6 +121,11 @@ def guarded_body(sc: Scan) -> dict[int, Tensor]:
         if id(b) not in ids:
             continue
         op = b.op
+        if not isinstance(op, ComputeOp):
+            raise DifferentiationError(
+                f"the scan {sc.name!r} has the scatter {b.name!r} in its step (the adjoint of "
+                "a gather from a state); derivatives of such a scan (second order through a "
+                "step that gathers from its state) are not supported")
         body = _GuardReads(sc, op.axes[0].var, new).visit(op.body)
         if (isinstance(body, E.Call) and len(body.args) == 1
                 and any(isinstance(x, E.Reduce) for x in walk(body.args[0]))):
