@@ -17,7 +17,11 @@ know scans see it as an opaque stage.
 A *reverse* scan (internal: the adjoint of a scan, see :mod:`tecomp.passes.autodiff.scan`)
 runs ``t = T - L - 1`` down to ``0``; its init fills the last ``L`` rows and it reads its
 states at ``t + d``.  Its body may also read a state at the current step (``d = 0``): that read
-is ordered after the state's own update in the step.
+is ordered after the state's own update in the step, and it may hold a *step scatter* (the
+adjoint of a gather from a state, ``adj[t - 1, perm[i]] += ...``): a scatter whose first
+index is one of its axes plus a constant ``c``; row ``t`` of it is its init's row plus the
+adds with that axis at ``t - c`` (:func:`row_scatter`), and its reads' time offsets count from
+that row.
 
 Declaration errors (:class:`~tecomp.errors.DeclarationError`): a state read at ``t`` or later,
 a lag that is not a constant or exceeds the given steps, init/update/state shapes or dtypes

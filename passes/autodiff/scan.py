@@ -37,8 +37,13 @@ elimination turns into ``select(j0 + 1 <= T - 1, dU[j0 + 1, j1], 0)`` with
 ``A[t, j] = G[t, j] + (t + 1 < T ? A[t + 1, j] : 0)`` (a reverse cumsum, O(T·n)), and
 ``dX[t, j] = select(t >= 1, A[t, j], 0)``, ``dinit[0, j] = A[0, j]``.
 
+Outer tensors are cut behind placeholders while ``J`` is differentiated, so that each gets
+only its direct contribution (the enclosing reverse pass carries the rest).  A gather from a
+state (``state[t - 1, perm[i]]``) gives a scatter into the state's adjoint row, which the
+adjoint scan runs as a step scatter (:func:`tecomp.scan.row_scatter`).
+
 The scan's derivative is O(T) in time; it stores every forward state (a ``checkpoint`` option
-is not implemented).
+is not implemented: docs/recurrences.md says what it needs).
 """
 
 from __future__ import annotations
