@@ -102,3 +102,22 @@ def test_batch_along_the_time_axis_is_an_error():
     S = tc.scan(init, upd, st, name="along_time")
     with pytest.raises(tc.TecompError, match="carries batch axis 0"):
         tc.laplacian(S, x)
+
+
+def test_dof_through_a_scan_with_a_symbolic_time_extent(rng):
+    T = tc.var("T")
+    n = 3
+    x = ph((B, n), "x")
+    st = ph((T, B), "st")
+    k = tc.reduce_axis(n, "k")
+    init = tc.compute((1, B), lambda s, b: 0.1 * tc.sum(x[b, k] * x[b, k], axis=k), name="init")
+    upd = tc.compute((T, B), lambda t, b: tc.tanh(st[t - 1, b] * x[b, t % n] + x[b, 0]),
+                     name="upd")
+    S = tc.scan(init, upd, st, name="sym")
+    u = tc.compute((B,), lambda b: S[T - 1, b], name="u")
+    xv = rng.standard_normal((B, n))
+    lap = tc.laplacian(u, x)
+    assert _has_dof_scan(lap)
+    (got,) = tc.build([lap], [x, T])(xv, 7)
+    (hess,) = tc.evaluate([tc.laplacian(u, x, method="hessian")], {x: xv, T: 7})
+    np.testing.assert_allclose(got, hess, rtol=1e-10, atol=1e-12)
