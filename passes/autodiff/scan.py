@@ -280,9 +280,12 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     # the outer tensors are cut behind placeholders: J's derivative w.r.t. an outer tensor
     # is its direct contribution only (one that reads another, xin = U X with a step that
     # reads both, gets the rest through the enclosing reverse pass, not twice)
-    cut = {id(x): Tensor(x.name, x.shape, x.dtype, PlaceholderOp()) for x in sc.outer
-           if not (x.is_placeholder or x.is_constant)}
-    back = {id(c): x for x in sc.outer if id(x) in cut for c in (cut[id(x)],)}
+    cut: dict[int, Tensor] = {}
+    back: dict[int, Tensor] = {}
+    for x in sc.outer:
+        if not (x.is_placeholder or x.is_constant):
+            cut[id(x)] = Tensor(x.name, x.shape, x.dtype, PlaceholderOp())
+            back[id(cut[id(x)])] = x
     guarded = guarded_body(sc)
     upd = replace_tensors([guarded[id(u)] for u in sc.update], cut)
     masked = {id(u): m for u, m in zip(sc.update, upd)}
