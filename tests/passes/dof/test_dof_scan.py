@@ -121,3 +121,22 @@ def test_dof_through_a_scan_with_a_symbolic_time_extent(rng):
     (got,) = tc.build([lap], [x, T])(xv, 7)
     (hess,) = tc.evaluate([tc.laplacian(u, x, method="hessian")], {x: xv, T: 7})
     np.testing.assert_allclose(got, hess, rtol=1e-10, atol=1e-12)
+
+
+def test_step_names_do_not_clash_with_dof_axes(rng):
+    """The step's own reduction axis is called ``kr``, DOF's rank axis name: the new axes
+    avoid the names inside a scan's step too."""
+    n, T = 3, 5
+    x = ph((B, n), "x")
+    st = ph((T, B, n), "st")
+    kr = tc.reduce_axis(n, "kr")
+    init = tc.compute((1, B, n), lambda s, b, i: x[b, i], name="init")
+    upd = tc.compute((T, B, n), lambda t, b, i: tc.tanh(
+        tc.sum(st[t - 1, b, kr] * x[b, kr], axis=kr) + x[b, i]), name="upd")
+    S = tc.scan(init, upd, st, name="named")
+    q = tc.reduce_axis(n, "q")
+    u = tc.compute((B,), lambda b: tc.sum(S[T - 1, b, q], axis=q), name="u")
+    vals = {x: rng.standard_normal((B, n))}
+    (got,) = tc.evaluate([tc.laplacian(u, x)], vals)
+    (hess,) = tc.evaluate([tc.laplacian(u, x, method="hessian")], vals)
+    np.testing.assert_allclose(got, hess, rtol=1e-10, atol=1e-12)
