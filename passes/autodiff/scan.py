@@ -56,14 +56,15 @@ from tecomp.errors import DifferentiationError
 from tecomp.functor import (
     ExprMutator,
     input_tensors,
+    op_exprs,
     rewrite_stages,
     tensor_reads,
     topo_order,
     walk,
 )
-from tecomp.scan import make_scan, replace_tensors, time_offset
+from tecomp.scan import make_scan, replace_tensors, scatter_time, time_offset
 from tecomp.scan_op import Scan, ScanOp
-from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
+from tecomp.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 
 
 def _axes(shape: Sequence[E.Expr], base: str, kind: str = "data") -> tuple[E.IterVar, ...]:
@@ -126,11 +127,13 @@ def guarded_body(sc: Scan) -> dict[int, Tensor]:
         if id(b) not in ids:
             continue
         op = b.op
-        if not isinstance(op, ComputeOp):
-            raise DifferentiationError(
-                f"the scan {sc.name!r} has the scatter {b.name!r} in its step (the adjoint of "
-                "a gather from a state); derivatives of such a scan (second order through a "
-                "step that gathers from its state) are not supported")
+        if isinstance(op, ScatterOp):  # a step scatter (an adjoint's): reads guarded alike
+            g = _GuardReads(sc, op.axes[scatter_time(b)[0]].var, new)
+            init = None if op.init is None else new.get(id(op.init), op.init)
+            sop = ScatterOp(op.axes, tuple(g.visit(i) for i in op.indices), g.visit(op.value),
+                            None if op.where is None else g.visit(op.where), init)
+            new[id(b)] = Tensor(b.name, b.shape, b.dtype, sop, dict(b.attrs))
+            continue
         body = _GuardReads(sc, op.axes[0].var, new).visit(op.body)
         if (isinstance(body, E.Call) and len(body.args) == 1
                 and any(isinstance(x, E.Reduce) for x in walk(body.args[0]))):
@@ -175,10 +178,14 @@ def read_stored_states(roots: Sequence[Tensor], sc: Scan, updates: Sequence[Tens
     roots = replace_tensors(list(roots), {id(u): o for u, o in zip(updates, outs)})
     lag = {id(s): 0 for s in sc.state}
     for b in sc.body:
-        for r in tensor_reads(b.op.body):
+        tv, shift = b.op.axes[0].var, 0
+        if isinstance(b.op, ScatterOp):
+            m, shift = scatter_time(b)
+            tv = b.op.axes[m].var
+        for r in (r for e in op_exprs(b) for r in tensor_reads(e)):
             if id(r.tensor) in lag:
-                d = time_offset(r.indices[0], b.op.axes[0].var)
-                lag[id(r.tensor)] = max(lag[id(r.tensor)], abs(d or 0))
+                d = time_offset(r.indices[0], tv)
+                lag[id(r.tensor)] = max(lag[id(r.tensor)], abs((d or 0) - shift))
     shifts: dict[int, tuple[Tensor, int]] = {}
     for s, o in zip(sc.state, outs):
         D = lag[id(s)]
@@ -194,6 +201,14 @@ def read_stored_states(roots: Sequence[Tensor], sc: Scan, updates: Sequence[Tens
             if body is not t.op.body:
                 done[id(t)] = Tensor(t.name, t.shape, t.dtype,
                                      ComputeOp(t.op.axes, body, t.op.tag), dict(t.attrs))
+        elif isinstance(t.op, ScatterOp):
+            op, sh = t.op, _ShiftReads(done, shifts)
+            init = None if op.init is None else done.get(id(op.init), op.init)
+            sop = ScatterOp(op.axes, tuple(sh.visit(i) for i in op.indices), sh.visit(op.value),
+                            None if op.where is None else sh.visit(op.where), init)
+            if any(a is not b for a, b in zip(op_exprs(Tensor(t.name, t.shape, t.dtype, sop)),
+                                              op_exprs(t))) or init is not op.init:
+                done[id(t)] = Tensor(t.name, t.shape, t.dtype, sop, dict(t.attrs))
         elif any(id(d) in done or id(d) in shifts for d in input_tensors(t)):
             done[id(t)] = replace_tensors([t], done)[0]
     return [done.get(id(t), t) for t in roots]

@@ -23,6 +23,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tecomp import expr as E
+from tecomp.errors import DifferentiationError
 from tecomp.functor import input_tensors, topo_order
 from tecomp.scan import make_scan
 from tecomp.scan_op import Scan
@@ -59,9 +60,13 @@ def dof_scan(sc: Scan, gmap: dict[int, Any], smap: dict[int, TangentTensor],
         s_in[id(s)] = TangentTensor(ss, tuple(range(ss.ndim)))
     inner = {id(s) for s in sc.state}         # the step: what depends on a state
     for t in topo_order(updates):
-        if not isinstance(t.op, ComputeOp) or not any(id(d) in inner
-                                                       for d in input_tensors(t)):
+        if not any(id(d) in inner for d in input_tensors(t)):
             continue
+        if not isinstance(t.op, ComputeOp):
+            raise DifferentiationError(
+                f"diff_operator: the step of scan {sc.name!r} holds the scatter {t.name!r} "
+                "(the adjoint of a gather from a state); DOF has no scatter rule, use "
+                "method='hessian'")
         inner.add(id(t))
         ctx = DofContext(t, g_in, s_in, plain, names)
         g, s = ctx.pair(t.op.body)
