@@ -70,9 +70,10 @@ from typing import Sequence
 
 from tecomp import dtypes
 from tecomp import expr as E
-from tecomp.functor import consumers, make_reduce, substitute, topo_order
+from tecomp.errors import DifferentiationError
+from tecomp.functor import consumers, input_tensors, make_reduce, substitute, topo_order
 from tecomp.scan_op import ScanOp
-from tecomp.tensor import ComputeOp, Tensor
+from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from ..forward.context import (
     ExprTangent,
@@ -255,6 +256,11 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
             if scans[id(sc)] is not None:
                 gmap[id(t)], smap[id(t)] = scans[id(sc)][t.op.index]
             continue
+        if (isinstance(t.op, ScatterOp) and any(id(d) in gmap or id(d) in smap
+                                                for d in input_tensors(t))):
+            raise DifferentiationError(
+                f"{who}: DOF has no rule for the scatter {t.name!r}, which depends on "
+                f"{x.name!r} (a gradient of a gather); use method='hessian'")
         if t is x or not isinstance(t.op, ComputeOp):
             continue
         ctx = DofContext(t, gmap, smap, layout, names,
