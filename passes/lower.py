@@ -199,7 +199,8 @@ def _validate(stages: list[Tensor], tensors: list[Tensor], params: set[E.Var]) -
         elif isinstance(t.op, ScanOp):
             for b in t.op.scan.body:
                 axes = {ax.var for ax in b.op.axes}
-                _check_vars(b.op.body, params | axes, f"the body of {b.name!r}")
+                for e in op_exprs(b):
+                    _check_vars(e, params | axes, f"the body of {b.name!r}")
         else:
             raise LoweringError(f"cannot lower {t!r}: unknown operation {type(t.op).__name__}")
 

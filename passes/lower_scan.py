@@ -28,12 +28,21 @@ from __future__ import annotations
 import re
 
 from tecomp import expr as E
-from tecomp.functor import fresh_name, walk
+from tecomp.functor import fresh_name, op_exprs, walk
 from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, Stmt, Store
+from tecomp.scan import row_scatter, scatter_time
 from tecomp.scan_op import Scan
-from tecomp.tensor import Tensor
+from tecomp.tensor import ScatterOp, Tensor
 
-from .lower_stage import AllocMark, Context, block, fill, lower_stage
+from .lower_stage import (
+    AllocMark,
+    Context,
+    block,
+    expression_lowerer,
+    fill,
+    lower_scatter,
+    lower_stage,
+)
 
 PARALLEL_ELEMENTWISE = False  # element-wise steps stay serial: a fork-join costs more
 PARALLEL_ROW = 1 << 12  # elements of one step's row from which its loop may use threads
@@ -48,7 +57,7 @@ def _names(sc: Scan) -> set[str]:
     names: set[str] = set()
     for b in sc.body:
         names |= {a.var.name for a in b.op.axes}
-        for x in walk(b.op.body):
+        for x in (x for e in op_exprs(b) for x in walk(e)):
             if isinstance(x, E.Var):
                 names.add(x.name)
             elif isinstance(x, E.Reduce):
@@ -95,6 +104,19 @@ def _row_elems(t: Tensor) -> int | None:
     return n
 
 
+def _scatter_row(ctx: Context, b: Tensor, tv: E.Var) -> list[Stmt]:
+    """Row ``tv`` of a step scatter: its init's row (the buffer starts as zeros), then the
+    adds that land in that row (:func:`tecomp.scan.row_scatter`), serial."""
+    buf = ctx.buffer_of(b)
+    out: list[Stmt] = []
+    if b.op.init is not None:
+        out.append(_copy_row(buf, ctx.buffer_of(b.op.init), tv, ctx.taken))
+    m, c = scatter_time(b)
+    part = Tensor(b.name, b.shape, b.dtype, row_scatter(b.op, m, c, tv))
+    out.append(lower_scatter(ctx, buf.name, part.op, tuple(op_exprs(part)), buf))
+    return out
+
+
 def lower_scan(ctx: Context, sc: Scan, members: list[Tensor]) -> list:
     """Statement items (with :class:`AllocMark` markers) computing every state of ``sc``.
 
@@ -138,6 +160,12 @@ def lower_scan(ctx: Context, sc: Scan, members: list[Tensor]) -> list:
     tv = E.Var(ctx.fresh("t_step"))
     rows: list[Stmt] = []
     for b in sc.body:
+        if isinstance(b.op, ScatterOp):
+            rows.extend(_scatter_row(ctx, b, tv))
+            if id(b) in updates:
+                rows.append(_copy_row(state_bufs[updates[id(b)]], ctx.buffer_of(b), tv,
+                                      ctx.taken))
+            continue
         axes = b.op.axes
         first = E.IterVar(axes[0].var, tv, E.Const(1, "int64"), "data")
         n = _row_elems(b)

@@ -74,7 +74,9 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
     """``J[i..., j...] = ∂output[i...] / ∂input[j...]``, of shape ``output.shape + input.shape``.
 
     Computed in reverse mode with the identity head ``δ(p, i)`` (one adjoint per output
-    element, all at once).  ``optimize`` as in :func:`gradient`.
+    element, all at once); a graph with a scan (``tc.scan``) in forward mode instead, with
+    the identity seed over ``input`` (one tangent per input element, through the tangent
+    scan).  ``optimize`` as in :func:`gradient`.
 
     Example::
 
@@ -90,8 +92,10 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
     _check_output(output, "jacobian")
     (x,) = _check_inputs([input], output, "jacobian")
     check_forward_bounds(output)
-    from .pipeline import differentiate
+    from .pipeline import differentiate, forward_jacobian
 
+    if _has_scan(output):
+        return forward_jacobian(output, x, optimize=optimize)
     (jac,) = differentiate(output, [x], _identity(output), optimize=optimize)
     return jac
 
@@ -115,6 +119,13 @@ def check_forward_bounds(output: Tensor) -> None:
             return
         bounds_checked(func, check_bounds=False)
 
+
+
+def _has_scan(output: Tensor) -> bool:
+    from .functor import topo_order
+    from .scan_op import ScanOp
+
+    return any(isinstance(t.op, ScanOp) for t in topo_order([output]))
 
 
 def _check_output(output: Any, who: str) -> None:

@@ -470,6 +470,17 @@ def _eval_scan(sc: Any, sizes: dict[E.Var, int], ev: _Evaluator) -> list[np.ndar
     for t in steps:
         for b in sc.body:
             out = ev.values[id(b)]
+            if isinstance(b.op, ScatterOp):  # a step scatter (an adjoint's): its row t
+                from .scan import row_scatter, scatter_time
+
+                m, c = scatter_time(b)
+                part = Tensor(b.name, b.shape, b.dtype,
+                              row_scatter(b.op, m, c, E.Const(t, "int64")))
+                row = _eval_scatter(part, out.shape, sizes, ev)[t]
+                out[t] = row if b.op.init is None else ev.values[id(b.op.init)][t] + row
+                if id(b) in slot:
+                    states[slot[id(b)]][t] = out[t]
+                continue
             nd = out.ndim
             env: dict[E.Var, Any] = dict(sizes)
             for d, ax in enumerate(b.op.axes):

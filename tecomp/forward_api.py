@@ -134,12 +134,14 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     which tensor breaks it).  ``A`` is a constant symmetric NumPy matrix of size
     ``x.shape[-1]``.
 
-    A graph with a scan (``tc.scan``) is computed by the Hessian method (DOF has no scan
-    rule).  ``method="dof"`` forward-propagates ``(value, L grad, operator)`` with
-    ``A = L^T D L`` (r = rank A tangent components per tensor); ``method="hessian"`` is the
-    baseline that builds each sample's Hessian by forward over reverse mode and contracts
-    it with ``A`` (N tangent components through the forward and the reverse graph, then an
-    N x N contraction per sample).
+    ``method="dof"`` forward-propagates ``(value, L grad, operator)`` with ``A = L^T D L``
+    (r = rank A tangent components per tensor); through a scan (``tc.scan``) the triple of
+    every state is a forward scan of its own (the samples must lie off the time axis).  A
+    graph with a scatter stage that depends on ``x`` (the gradient of a gather) is computed by
+    the Hessian method: DOF has no scatter rule.
+    ``method="hessian"`` is the baseline that builds each sample's Hessian by forward over
+    reverse mode and contracts it with ``A`` (N tangent components through the forward and
+    the reverse graph, then an N x N contraction per sample).
 
     Example::
 
@@ -158,8 +160,8 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     _check_float(x, f"{who}: x")
     _check_float(output, f"{who}: output")
     a = check_operator_matrix(A, _last_extent(x, who), who)
-    if method == "dof" and _has_scan(output):
-        method = "hessian"  # DOF has no rule for scans yet: the baseline is exact
+    if method == "dof" and _scatter_depends_on(output, x):
+        method = "hessian"  # DOF has no scatter rule (a gradient of a gather): the baseline
     if method == "dof":
         return dof_operator(output, x, decompose(a), who=who)
     if method == "hessian":
@@ -169,11 +171,17 @@ def diff_operator(output: Tensor, x: Tensor, A: Any, method: str = "dof") -> Ten
     raise TecompError(f"{who}: unknown method {method!r}; use 'dof' or 'hessian'")
 
 
-def _has_scan(output: Tensor) -> bool:
-    from .functor import topo_order
-    from .scan_op import ScanOp
+def _scatter_depends_on(output: Tensor, x: Tensor) -> bool:
+    """Whether a scatter stage between ``x`` and ``output`` depends on ``x``."""
+    from .functor import input_tensors, topo_order
+    from .tensor import ScatterOp
 
-    return any(isinstance(t.op, ScanOp) for t in topo_order([output]))
+    dep: dict[int, bool] = {}
+    for t in topo_order([output]):
+        dep[id(t)] = t is x or any(dep.get(id(d), False) for d in input_tensors(t))
+        if dep[id(t)] and isinstance(t.op, ScatterOp):
+            return True
+    return False
 
 
 def laplacian(output: Tensor, x: Tensor, method: str = "dof") -> Tensor:

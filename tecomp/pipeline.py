@@ -58,6 +58,15 @@ def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
     return optimize_tensors(grads) if optimize else as_written(grads)
 
 
+def forward_jacobian(output: Tensor, x: Tensor, *, optimize: bool = True) -> Tensor:
+    """The Jacobian of ``output`` w.r.t. ``x`` by forward mode (a graph with a scan), then
+    optimised or marked as written as :func:`differentiate`."""
+    from .passes.forward.hessian import forward_jacobian as forward
+
+    jac = run_pass("autodiff", forward, output, x)
+    return (optimize_tensors([jac]) if optimize else as_written([jac]))[0]
+
+
 def optimize_tensors(outputs: Sequence[Tensor]) -> list[Tensor]:
     """Zero elimination, then simplification, on every stage of ``outputs``."""
     from .passes.simplify import simplify

@@ -176,5 +176,13 @@ def _scan_lines(t: Tensor, p: _Printer, names: dict[int, str]) -> list[str]:
     if k == 0 or not any(id(o) in names for o in sc.outputs[:k]):
         for b in sc.body:
             axes = ", ".join(a.var.name for a in b.op.axes)
+            if isinstance(b.op, ScatterOp):
+                op = b.op
+                dom = ", ".join(f"{a.var.name}:{p.fmt(a.extent)}" for a in op.axes)
+                dst = ", ".join(p.fmt(i) for i in op.indices)
+                init = op.init.name if op.init is not None else "0"
+                out.append(f"    | {b.name} = {init}; for [{dom}]: {b.name}[{dst}] += "
+                           f"{p.fmt(op.value)}")
+                continue
             out.append(f"    | {b.name}[{axes}] = {p.fmt(b.op.body)}")
     return out

@@ -17,7 +17,11 @@ know scans see it as an opaque stage.
 A *reverse* scan (internal: the adjoint of a scan, see :mod:`tecomp.passes.autodiff.scan`)
 runs ``t = T - L - 1`` down to ``0``; its init fills the last ``L`` rows and it reads its
 states at ``t + d``.  Its body may also read a state at the current step (``d = 0``): that read
-is ordered after the state's own update in the step.
+is ordered after the state's own update in the step, and it may hold a *step scatter* (the
+adjoint of a gather from a state, ``adj[t - 1, perm[i]] += ...``): a scatter whose first
+index is one of its axes plus a constant ``c``; row ``t`` of it is its init's row plus the
+adds with that axis at ``t - c`` (:func:`row_scatter`), and its reads' time offsets count from
+that row.
 
 Declaration errors (:class:`~tecomp.errors.DeclarationError`): a state read at ``t`` or later,
 a lag that is not a constant or exceeds the given steps, init/update/state shapes or dtypes
@@ -32,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from . import expr as E
 from .errors import DeclarationError
-from .functor import RemapReads, input_tensors, tensor_reads, topo_order
+from .functor import RemapReads, input_tensors, op_exprs, substitute, tensor_reads, topo_order
 from .scan_op import Scan, ScanOp
 from .tensor import ComputeOp, ScatterOp, Tensor
 
@@ -127,7 +131,8 @@ def _step_order(name: str, body: list[Tensor], updates: Sequence[Tensor],
     bids = {id(b) for b in body}
     deps: dict[int, set[int]] = {id(b): set() for b in body}
     for b in body:
-        if not isinstance(b.op, ComputeOp):
+        scatter = isinstance(b.op, ScatterOp) and internal
+        if not isinstance(b.op, ComputeOp) and not scatter:
             kind = "scatter" if isinstance(b.op, ScatterOp) else type(b.op).__name__
             raise DeclarationError(
                 f"scan {name!r}: the step tensor {b.name!r} is a {kind}; a step holds "
@@ -137,12 +142,24 @@ def _step_order(name: str, body: list[Tensor], updates: Sequence[Tensor],
                 f"scan {name!r}: the step tensor {b.name!r} of shape {_fmt_shape(b)} depends "
                 f"on a state but its first axis is not the time axis of extent "
                 f"{states[0].shape[0]}")
-        tv = b.op.axes[0].var
-        for r in tensor_reads(b.op.body):
+        if scatter:
+            found = scatter_time(b)
+            if found is None:
+                raise DeclarationError(
+                    f"scan {name!r}: the step scatter {b.name!r} writes row "
+                    f"{b.op.indices[0]}, not one of its axes plus a constant")
+            tv, shift = b.op.axes[found[0]].var, found[1]
+            reads = [r for e in op_exprs(b) for r in tensor_reads(e)]
+            if b.op.init is not None and id(b.op.init) in bids:
+                deps[id(b)].add(id(b.op.init))           # its row first, then the adds
+        else:
+            tv, shift, reads = b.op.axes[0].var, 0, tensor_reads(b.op.body)
+        for r in reads:
             src = r.tensor
             if id(src) not in state_of and id(src) not in bids:
                 continue
             d = time_offset(r.indices[0], tv)
+            d = None if d is None else d - shift       # relative to the row written
             if id(src) in state_of:
                 if d is None:
                     raise DeclarationError(
@@ -188,6 +205,31 @@ def _step_order(name: str, body: list[Tensor], updates: Sequence[Tensor],
     for b in body:
         visit(b)
     return order
+
+
+def scatter_time(b: Tensor) -> tuple[int, int] | None:
+    """``(m, c)`` when the scatter ``b`` writes row ``axes[m] + c`` (its first index)."""
+    for m, ax in enumerate(b.op.axes):
+        c = time_offset(b.op.indices[0], ax.var)
+        if c is not None:
+            return m, c
+    return None
+
+
+def row_scatter(op: ScatterOp, m: int, c: int, row: E.Expr) -> ScatterOp:
+    """The part of a step scatter (time axis ``m``, rows ``axes[m] + c``) that lands in row
+    ``row``: that axis fixed at ``row - c`` (nothing where it is out of the axis' range),
+    without ``init``.  A step computes row ``t`` of a step scatter as ``init[t]`` plus it."""
+    ax = op.axes[m]
+    v = E.sub(row, E.Const(c, "int64"))
+    sub = {ax.var: v}
+    rest = tuple(E.IterVar(a.var, substitute(a.lo, sub), substitute(a.extent, sub), a.kind)
+                 for n, a in enumerate(op.axes) if n != m)
+    guard = E.logical_and(E.compare(E.GE, v, ax.lo),
+                          E.compare(E.LT, v, E.add(ax.lo, ax.extent)))
+    where = guard if op.where is None else E.logical_and(guard, substitute(op.where, sub))
+    return ScatterOp(rest, tuple(substitute(i, sub) for i in op.indices),
+                     substitute(op.value, sub), where, None)
 
 
 # ------------------------------------------------------------------------------ building

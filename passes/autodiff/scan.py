@@ -37,8 +37,13 @@ elimination turns into ``select(j0 + 1 <= T - 1, dU[j0 + 1, j1], 0)`` with
 ``A[t, j] = G[t, j] + (t + 1 < T ? A[t + 1, j] : 0)`` (a reverse cumsum, O(T·n)), and
 ``dX[t, j] = select(t >= 1, A[t, j], 0)``, ``dinit[0, j] = A[0, j]``.
 
+Outer tensors are cut behind placeholders while ``J`` is differentiated, so that each gets
+only its direct contribution (the enclosing reverse pass carries the rest).  A gather from a
+state (``state[t - 1, perm[i]]``) gives a scatter into the state's adjoint row, which the
+adjoint scan runs as a step scatter (:func:`tecomp.scan.row_scatter`).
+
 The scan's derivative is O(T) in time; it stores every forward state (a ``checkpoint`` option
-is not implemented).
+is not implemented: docs/recurrences.md says what it needs).
 """
 
 from __future__ import annotations
@@ -51,14 +56,15 @@ from tecomp.errors import DifferentiationError
 from tecomp.functor import (
     ExprMutator,
     input_tensors,
+    op_exprs,
     rewrite_stages,
     tensor_reads,
     topo_order,
     walk,
 )
-from tecomp.scan import make_scan, replace_tensors, time_offset
+from tecomp.scan import make_scan, replace_tensors, scatter_time, time_offset
 from tecomp.scan_op import Scan, ScanOp
-from tecomp.tensor import ComputeOp, PlaceholderOp, Tensor
+from tecomp.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 
 
 def _axes(shape: Sequence[E.Expr], base: str, kind: str = "data") -> tuple[E.IterVar, ...]:
@@ -121,6 +127,13 @@ def guarded_body(sc: Scan) -> dict[int, Tensor]:
         if id(b) not in ids:
             continue
         op = b.op
+        if isinstance(op, ScatterOp):  # a step scatter (an adjoint's): reads guarded alike
+            g = _GuardReads(sc, op.axes[scatter_time(b)[0]].var, new)
+            init = None if op.init is None else new.get(id(op.init), op.init)
+            sop = ScatterOp(op.axes, tuple(g.visit(i) for i in op.indices), g.visit(op.value),
+                            None if op.where is None else g.visit(op.where), init)
+            new[id(b)] = Tensor(b.name, b.shape, b.dtype, sop, dict(b.attrs))
+            continue
         body = _GuardReads(sc, op.axes[0].var, new).visit(op.body)
         if (isinstance(body, E.Call) and len(body.args) == 1
                 and any(isinstance(x, E.Reduce) for x in walk(body.args[0]))):
@@ -165,10 +178,14 @@ def read_stored_states(roots: Sequence[Tensor], sc: Scan, updates: Sequence[Tens
     roots = replace_tensors(list(roots), {id(u): o for u, o in zip(updates, outs)})
     lag = {id(s): 0 for s in sc.state}
     for b in sc.body:
-        for r in tensor_reads(b.op.body):
+        tv, shift = b.op.axes[0].var, 0
+        if isinstance(b.op, ScatterOp):
+            m, shift = scatter_time(b)
+            tv = b.op.axes[m].var
+        for r in (r for e in op_exprs(b) for r in tensor_reads(e)):
             if id(r.tensor) in lag:
-                d = time_offset(r.indices[0], b.op.axes[0].var)
-                lag[id(r.tensor)] = max(lag[id(r.tensor)], abs(d or 0))
+                d = time_offset(r.indices[0], tv)
+                lag[id(r.tensor)] = max(lag[id(r.tensor)], abs((d or 0) - shift))
     shifts: dict[int, tuple[Tensor, int]] = {}
     for s, o in zip(sc.state, outs):
         D = lag[id(s)]
@@ -184,6 +201,14 @@ def read_stored_states(roots: Sequence[Tensor], sc: Scan, updates: Sequence[Tens
             if body is not t.op.body:
                 done[id(t)] = Tensor(t.name, t.shape, t.dtype,
                                      ComputeOp(t.op.axes, body, t.op.tag), dict(t.attrs))
+        elif isinstance(t.op, ScatterOp):
+            op, sh = t.op, _ShiftReads(done, shifts)
+            init = None if op.init is None else done.get(id(op.init), op.init)
+            sop = ScatterOp(op.axes, tuple(sh.visit(i) for i in op.indices), sh.visit(op.value),
+                            None if op.where is None else sh.visit(op.where), init)
+            if any(a is not b for a, b in zip(op_exprs(Tensor(t.name, t.shape, t.dtype, sop)),
+                                              op_exprs(t))) or init is not op.init:
+                done[id(t)] = Tensor(t.name, t.shape, t.dtype, sop, dict(t.attrs))
         elif any(id(d) in done or id(d) in shifts for d in input_tensors(t)):
             done[id(t)] = replace_tensors([t], done)[0]
     return [done.get(id(t), t) for t in roots]
@@ -267,7 +292,18 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     outs = sc.outputs
     dtype = outs[0].dtype
     K = len(outs)
-    masked = guarded_body(sc)
+    # the outer tensors are cut behind placeholders: J's derivative w.r.t. an outer tensor
+    # is its direct contribution only (one that reads another, xin = U X with a step that
+    # reads both, gets the rest through the enclosing reverse pass, not twice)
+    cut: dict[int, Tensor] = {}
+    back: dict[int, Tensor] = {}
+    for x in sc.outer:
+        if not (x.is_placeholder or x.is_constant):
+            cut[id(x)] = Tensor(x.name, x.shape, x.dtype, PlaceholderOp())
+            back[id(cut[id(x)])] = x
+    guarded = guarded_body(sc)
+    upd = replace_tensors([guarded[id(u)] for u in sc.update], cut)
+    masked = {id(u): m for u, m in zip(sc.update, upd)}
     adj_states = [Tensor(f"{o.name}_adj", o.shape, o.dtype, PlaceholderOp()) for o in outs]
     j_axes = []
     total: E.Expr = E.Zero(dtype)
@@ -281,7 +317,7 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     J = Tensor(f"{sc.name}_vjp", (), dtype, ComputeOp((), total, None))
     one = Tensor(f"{sc.name}_one", (), dtype, ComputeOp((), E.Const(1.0, dtype), None))
     floats = [x for x in targets if dtypes.is_float(x.dtype)]
-    wrt = list(sc.state) + floats
+    wrt = list(sc.state) + [cut.get(id(x), x) for x in floats]
     grads = differentiate(J, wrt, one)
     d_state, d_outer = grads[:K], grads[K:]
     # the adjoint step: A_k = G_k + dJ/dstate_k, forward values read from the stored states
@@ -291,9 +327,8 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
         d = d_state[k]
         updates.append(_compute(f"{o.name}_adj_step", o.shape, o.dtype,
                                 lambda *ix, g=g, d=d: _plus(g, d, ix)))
-    upd = [masked[id(u)] for u in sc.update]
     k = len(updates)
-    both = read_stored_states(updates + d_outer, sc, upd)
+    both = replace_tensors(read_stored_states(updates + d_outer, sc, upd), back)
     updates, d_outer = both[:k], both[k:]
     updates = _optimize_step(updates, adj_states)
     inits = [_compute(f"{o.name}_adj_init", (E.Const(0, "int64"),) + o.shape[1:], o.dtype,

@@ -70,8 +70,10 @@ from typing import Sequence
 
 from tecomp import dtypes
 from tecomp import expr as E
-from tecomp.functor import consumers, make_reduce, substitute, topo_order
-from tecomp.tensor import ComputeOp, Tensor
+from tecomp.errors import DifferentiationError
+from tecomp.functor import consumers, input_tensors, make_reduce, substitute, topo_order
+from tecomp.scan_op import ScanOp
+from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from ..forward.context import (
     ExprTangent,
@@ -84,6 +86,7 @@ from ..forward.propagate import materialize
 from .batch import batch_positions
 from .decompose import Decomposition, seed_tangent
 from .rules import Pair, pair_rule
+from .scan import dof_scan
 
 #: the largest ``width^2 * itemsize`` (the weight one contraction streams) for the width-last
 #: tangent layout (see "Tangent layout" above): about the L2 cache of one core
@@ -244,7 +247,20 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
         id(x): seed_tangent(dec, x, names, layout.block)}
     smap: dict[int, TangentTensor] = {}
     readers = consumers(order)
+    scans: dict[int, list | None] = {}
     for t in order:
+        if isinstance(t.op, ScanOp):          # every state of the scan at once (:mod:`.scan`)
+            sc = t.op.scan
+            if id(sc) not in scans:
+                scans[id(sc)] = dof_scan(sc, gmap, smap, layout, names)
+            if scans[id(sc)] is not None:
+                gmap[id(t)], smap[id(t)] = scans[id(sc)][t.op.index]
+            continue
+        if (isinstance(t.op, ScatterOp) and any(id(d) in gmap or id(d) in smap
+                                                for d in input_tensors(t))):
+            raise DifferentiationError(
+                f"{who}: DOF has no rule for the scatter {t.name!r}, which depends on "
+                f"{x.name!r} (a gradient of a gather); use method='hessian'")
         if t is x or not isinstance(t.op, ComputeOp):
             continue
         ctx = DofContext(t, gmap, smap, layout, names,

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 from tecomp import dtypes
 from tecomp import expr as E
 from tecomp.functor import children, free_vars, fresh_name, make_reduce, rebuild, topo_order
+from tecomp.scan_op import ScanOp
 from tecomp.tensor import ComputeOp, Tensor
 
 
@@ -64,7 +65,11 @@ class Names:
 
     def __init__(self, outputs: Sequence[Tensor]) -> None:
         taken: set[str] = set()
-        for t in topo_order(list(outputs)):
+        tensors = topo_order(list(outputs))
+        scans = {id(t.op.scan): t.op.scan for t in tensors if isinstance(t.op, ScanOp)}
+        for sc in scans.values():         # a scan's step stages are not in the DAG's order
+            tensors.extend(sc.body)
+        for t in tensors:
             for s in t.shape:
                 taken |= {v.name for v in free_vars(s)}
             if isinstance(t.op, ComputeOp):

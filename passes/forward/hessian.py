@@ -57,6 +57,17 @@ def full_hessian(output: Tensor, x: Tensor, name: str | None = None, *,
     return materialize(tans.get(id(grad)), grad, dirs, name=name or f"hessian_{output.name}")
 
 
+def forward_jacobian(output: Tensor, x: Tensor, name: str | None = None) -> Tensor:
+    """``J[i..., j...] = d output[i...] / dx[j...]`` by forward mode: the identity seed over
+    ``x`` (one basis direction per element, along direction axes), so the tangent of
+    ``output`` has shape ``output.shape + x.shape``.  Used for graphs with a scan, whose
+    tangent is a forward scan (reverse mode with a Jacobian head has no scan rule)."""
+    names = Names([output])
+    seed, dirs = identity_seed(x, names)
+    tans = forward_tangents([output], {id(x): seed}, dirs=dirs, names=names, prefix="jf")
+    return materialize(tans.get(id(output)), output, dirs, name=name or f"{output.name}_jacobian")
+
+
 def sample_hessian(output: Tensor, x: Tensor, *,
                    gradient: Gradient) -> tuple[Tangent | None, E.IterVar]:
     """Per-sample Hessians of ``output`` (one value per sample of ``x``'s leading axes).

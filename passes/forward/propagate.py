@@ -19,7 +19,7 @@ from typing import Sequence
 from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, topo_order
 from tecomp.scan_op import ScanOp
-from tecomp.tensor import ComputeOp, Tensor
+from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .context import ExprTangent, Names, StageContext, TangentTensor, new_stage
 
@@ -51,6 +51,13 @@ def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, Tangent], *,
                 scans[id(sc)] = scan_tangents(sc, tangents, dirs, names, prefix)
             if scans[id(sc)] is not None:
                 tangents[id(t)] = scans[id(sc)][t.op.index]
+            continue
+        if isinstance(t.op, ScatterOp):  # the scatter of the values' tangents (:mod:`.scatter`)
+            from .scatter import scatter_tangent
+
+            tt = scatter_tangent(t, tangents, dirs, names, prefix)
+            if tt is not None:
+                tangents[id(t)] = tt
             continue
         if not isinstance(t.op, ComputeOp):
             continue

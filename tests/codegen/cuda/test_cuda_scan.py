@@ -13,7 +13,8 @@ from tecomp.codegen.cuda.kernel import CudaKernel
 from tecomp.passes.schedule.gpu import schedule_gpu
 from tests.passes.autodiff.scan_cases import CASES
 
-NAMES = ["cumsum", "cumprod_zeros", "fibonacci", "elman", "lstm", "reduce_gather"]
+NAMES = ["cumsum", "cumprod_zeros", "fibonacci", "elman", "lstm", "reduce_gather",
+         "state_gather"]
 
 
 def _program(name):

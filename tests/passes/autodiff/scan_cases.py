@@ -218,5 +218,30 @@ def reduce_gather(rng: Any, T: int = 6, n: int = 4, V: int = 5) -> Case:
     return Case(S, [E, W], a, ref)
 
 
+def state_gather(rng: Any, T: int = 6, n: int = 4) -> Case:
+    """A step that gathers from its own state (``state[t - 1, perm[i]]``, a repeated index)."""
+    perm = tc.placeholder((n,), name="perm", dtype="int64")
+    X = tc.placeholder((T, n), name="X", dtype=F)
+    W = tc.placeholder((n, n), name="W", dtype=F)
+    st = tc.placeholder((T, n), name="p_state", dtype=F)
+    j = tc.reduce_axis(n, name="j")
+    upd = tc.compute((T, n), lambda t, i: tc.tanh(tc.sum(W[i, j] * st[t - 1, perm[j]], axis=j))
+                     + st[t - 1, perm[i]] * X[t, i], name="p_step")
+    init = tc.compute((1, n), lambda s, i: X[0, i], name="p_init")
+    S = tc.scan(init, upd, st, inputs=[X], name="gather_state")
+    a = {perm: np.array([2, 0, 0, 1]), X: rng.standard_normal((T, n)),
+         W: 0.5 * rng.standard_normal((n, n))}
+
+    def ref() -> np.ndarray:
+        s = np.zeros((T, n))
+        s[0] = a[X][0]
+        for t in range(1, T):
+            g = s[t - 1][a[perm]]
+            s[t] = np.tanh(a[W] @ g) + g * a[X][t]
+        return s
+
+    return Case(S, [X, W], a, ref)
+
+
 CASES = {f.__name__: f for f in (cumsum, cumsum_axis1, cumprod_zeros, fibonacci, elman, lstm,
-                                 euler, rk4, reduce_gather)}
+                                 euler, rk4, reduce_gather, state_gather)}

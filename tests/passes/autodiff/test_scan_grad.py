@@ -150,7 +150,20 @@ def test_chained_scans_and_a_reduction_of_the_result(rng):
     check_gradient(out, [X], {X: x}, optimize=True)
 
 
-def test_jacobian_through_a_scan_is_a_clear_error():
-    X = tc.placeholder((4, 2), name="X", dtype="float64")
-    with pytest.raises(tc.DifferentiationError, match="jacobian through the scan"):
-        tc.jacobian(tc.ops.cumsum(X, 0), X)
+def test_step_reading_an_outer_tensor_and_its_input(rng):
+    """The step reads both ``xin = U x`` and ``x``: x's gradient counts the path through xin
+    once (the scan's contribution to x is its direct one only)."""
+    B, n, H, T = 2, 2, 3, 4
+    X = tc.placeholder((B, n), name="x", dtype="float64")
+    U = tc.placeholder((H, n), name="U", dtype="float64")
+    st = tc.placeholder((T, B, H), name="h", dtype="float64")
+    k = tc.reduce_axis(n, "k")
+    xin = tc.compute((B, H), lambda b, i: tc.sum(U[i, k] * X[b, k], axis=k), name="xin")
+    upd = tc.compute((T, B, H), lambda t, b, i: xin[b, i] * st[t - 1, b, i] + X[b, i % n],
+                     name="upd")
+    init = tc.compute((1, B, H), lambda s, b, i: tc.sin(X[b, i % n]) * xin[b, i], name="init")
+    S = tc.scan(init, upd, st, name="rnn")
+    a = {X: rng.standard_normal((B, n)), U: rng.standard_normal((H, n))}
+    check_gradient(S, [X, U], a, head=rng.standard_normal((T, B, H)), optimize=True,
+                   convergence=True)
+    check_gradient(S, [X], a, optimize=False)

@@ -77,8 +77,21 @@ def _euler(a, T=12, dt=0.1):
     return jnp.concatenate([y0, ys])
 
 
+def _state_gather(a):
+    x, W = a
+    perm = jnp.array([2, 0, 0, 1])  # as in scan_cases.state_gather
+
+    def step(s, xt):
+        g = s[perm]
+        s = jnp.tanh(W @ g) + g * xt
+        return s, s
+
+    _, ss = lax.scan(step, x[0], x[1:])
+    return jnp.concatenate([x[:1], ss])
+
+
 JAX = {"cumsum": _cumsum, "cumprod_zeros": _cumprod, "fibonacci": _fibonacci,
-       "elman": _elman, "lstm": _lstm, "euler": _euler}
+       "elman": _elman, "lstm": _lstm, "euler": _euler, "state_gather": _state_gather}
 
 
 @pytest.mark.parametrize("name", sorted(JAX))
