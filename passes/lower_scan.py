@@ -38,7 +38,6 @@ from .lower_stage import (
     AllocMark,
     Context,
     block,
-    expression_lowerer,
     fill,
     lower_scatter,
     lower_stage,
