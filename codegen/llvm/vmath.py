@@ -227,8 +227,59 @@ def _softplus(f: _B, x: ir.Value) -> ir.Value:
     return f.add(f.sel(f.gt(x, zero), x, zero), _log1p_unit(f, t))  # NaN: 0 + NaN
 
 
+# erf: coefficients (ascending) of the Chebyshev fits (mpmath.chebyfit, 50 digits) described
+# in the module docstring; float32 uses the first set rounded to float, float64 the second
+_ERF_SPLIT = 0.921875
+_ERF_F32 = dict(
+    big=4.0,
+    small=[0.12837916667316984, -0.3761263402817225, 0.11283699425717714,
+           -0.02685959231070588, 0.005201466868966306, -0.0008147202092613495,
+           8.387591045708916e-05],
+    tail=[-1.5429524172513132, -0.5496211705720481, 0.13596123899570747,
+          -0.04084190420925955, 0.012621583947845138, -0.003791788623585139,
+          0.0010700697820648253, -0.00027815396313651315, 5.977841160624553e-05,
+          -1.9520932711092873e-06, -3.598036361214232e-06])
+_ERF_F64 = dict(
+    big=6.0,
+    small=[0.1283791670955126, -0.37612638903183715, 0.11283791670953008,
+           -0.026866170644665226, 0.00522397762013796, -0.0008548326666795295,
+           0.00012055317752469981, -1.4925221170901272e-05, 1.6454012531282943e-06,
+           -1.6264102432769319e-07, 1.3985356985352318e-08, -8.342328901682342e-10],
+    tail=[-1.8519918426439947, -0.6822997623200012, 0.21833774812470924,
+          -0.08781026383844884, 0.037531184972275596, -0.016160524144444608,
+          0.006825910057849579, -0.0027737107119745153, 0.0010617237389217234,
+          -0.00037052666270947766, 0.00010981977924123614, -2.147293799711629e-05,
+          -2.9934830006951137e-06, 6.565663957497613e-06, -4.84152334406775e-06,
+          2.7207477067885357e-06, -1.3140493100562203e-06, 5.572261596818441e-07,
+          -1.7942941348783354e-07, 2.7644300828816652e-08, -4.79556942383071e-09,
+          3.219803299757306e-09, 1.0366762428323356e-08, -1.144981208077818e-08,
+          3.2249440620411444e-09])
+
+
+def _erf(f: _B, x: ir.Value) -> ir.Value:
+    k, b = f.k, f.b
+    cf = _ERF_F64 if k.double else _ERF_F32
+    ax = T.intrinsic(b, "fabs", [x])
+    nan = f.isnan(x)
+    # |x| < split: x + x*R(x^2)
+    small = f.fma(x, f.horner(f.mul(x, x), cf["small"]), x)
+    # split <= |x|: 1 - exp(Q(u) - x^2) with u = (|x| - mid) / half in [-1, 1]; |x| clamped
+    # to ``big`` (erfc below half an ulp of 1 there) and NaN sent anywhere finite
+    top = cf["big"]
+    axc = f.sel(b.or_(f.gt(ax, k.c(top)), nan), k.c(top), ax)
+    mid, half = (top + _ERF_SPLIT) / 2, (top - _ERF_SPLIT) / 2
+    u = f.mul(f.sub(axc, k.c(mid)), k.c(1.0 / half))
+    x2 = f.mul(axc, axc)
+    x2lo = f.fma(axc, axc, b.fneg(x2))  # x^2 = x2 + x2lo exactly
+    e = f.mul(_exp(f, f.sub(f.horner(u, cf["tail"]), x2)), f.sub(k.c(1.0), x2lo))
+    big = T.intrinsic(b, "copysign", [f.sub(k.c(1.0), e), x])
+    y = f.sel(f.lt(ax, k.c(_ERF_SPLIT)), small, big)
+    return f.sel(nan, x, y)
+
+
 _RULES: dict[str, Callable[[_B, ir.Value], ir.Value]] = {
     "exp": _exp, "log": _log, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus,
+    "erf": _erf,
 }
 
 FUNCTIONS = tuple(_RULES)
