@@ -1,5 +1,5 @@
-"""Vectorisable math functions in LLVM IR: exp, log, tanh, sigmoid, softplus for float and
-double.
+"""Vectorisable math functions in LLVM IR: exp, log, tanh, sigmoid, softplus, erf for float
+and double.
 
 The C library's ``expf``/``logf``/``tanhf`` are scalar calls, so a loop that calls them never
 vectorises.  Here each function is an ``internal alwaysinline`` LLVM function of straight-line
@@ -34,11 +34,25 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   ``u == 1``): the rounding error of ``1 + t`` cancels in the quotient (Goldberg, "What every
   computer scientist should know about floating-point arithmetic", 1991, Theorem 4).
 
+* ``erf(x)``: for ``|x| < 0.921875``, ``x + x*R(x^2)`` with ``R`` a polynomial fit of
+  ``erf(x)/x - 1`` in ``x^2`` (degree 6 for float, 11 for double; the leading ``x`` is exact,
+  so tiny and subnormal inputs come out as ``x * 2/sqrt(pi)`` rounded once); beyond,
+  ``sign(x) * (1 - exp(Q(u) - x^2))`` with ``Q`` a polynomial fit of ``log(erfc(x)) + x^2``
+  (about ``-log(x sqrt(pi))``: small and smooth) in ``u``, ``|x|`` mapped linearly onto
+  [-1, 1] between 0.921875 and 4 (float) or 6 (double), where ``erfc`` falls below half an
+  ulp of 1 and ``|x|`` is clamped (degree 10 resp. 24).  ``x^2`` enters the exponent as
+  ``hi + lo`` (``lo = fma(x, x, -hi)``, taken as the factor ``1 - lo``), so its rounding does
+  not reach the result.  The coefficients are Chebyshev fits (``mpmath.chebyfit`` at 50
+  digits; the constants below).  Both branches are computed and selected: no branch, so
+  the loop vectorises.  ``erf(+-inf) = +-1``, NaN gives NaN, the sign of zero is kept.
+
 Measured accuracy against the exact result (``np.longdouble`` reference;
 ``tests/codegen/test_llvm_vmath.py`` checks it over wide ranges, subnormals and special values,
 which match NumPy's): maximum error below 1 ulp for exp and log (0.9), below 3 ulp for tanh
 (2.8: two roundings in ``e / (e + 2)``) and sigmoid (2.3, where ``1 + exp(-x)`` is finite;
-beyond, the formula gives 0, as NumPy's) and softplus (2.3).  float16 is computed in float.
+beyond, the formula gives 0, as NumPy's) and softplus (2.3), below 1.5 ulp for erf (1.08 for
+float, 1.21 for double; reference: mpmath, SciPy's double ``erf`` for float inputs).  float16
+is computed in float.
 """
 
 from __future__ import annotations
