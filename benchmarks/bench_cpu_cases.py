@@ -224,6 +224,17 @@ def gelu(rows: int, cols: int, quick: bool = False) -> Case:
                 lambda x: _jax().nn.gelu(x, approximate=True), quick=quick)
 
 
+def gelu_erf_tc(X: Any) -> Any:
+    """The exact form of GELU, ``0.5 x (1 + erf(x / sqrt(2)))`` (PyTorch's default)."""
+    c = 1.0 / math.sqrt(2.0)
+    return tc.compute(X.shape, lambda *i: 0.5 * X[i] * (1.0 + tc.erf(c * X[i])), name="gelu")
+
+
+def gelu_erf(rows: int, cols: int) -> Case:
+    return Case(f"GELU (erf) {rows}x{cols}", [Input("X", (rows, cols))], gelu_erf_tc,
+                lambda x: _F().gelu(x), lambda x: _jax().nn.gelu(x, approximate=False))
+
+
 def _cross_entropy_tc(logits: Any, y: Any, batch: int) -> Any:
     ls = tc.ops.log_softmax(logits)
     i = tc.reduce_axis(batch, name="i")
@@ -328,6 +339,7 @@ def all_cases() -> list[Case]:
         conv(8, 128, 128, 32, 3, 1, 1, depthwise=True), conv_transpose(8, 64, 32, 16),
         attention(4, 256, 64, quick=True), attention(8, 1024, 64),
         layer_norm(2048, 768, quick=True), gelu(2048, 2048, quick=True),
+        gelu_erf(2048, 2048),
         dense(512, 768, 3072), dense(512, 3072, 768),
         mlp_loss(256, 784, 1024, 10, quick=True), cross_entropy(4096, 1000),
         matmul(256), matmul(512, quick=True), matmul(1024), matmul(2048), bmm(16, 256, 64, 256),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import expr as E
+from .result_pool import POOL_MIN_BYTES, RESULTS
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,14 @@ ALIGN_MIN_BYTES = 256 << 10
 
 def empty_result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised C-contiguous array for a kernel's result, 64-byte aligned when large
-    (then a view of a slightly larger byte buffer)."""
+    (then a view of a slightly larger byte buffer); from :data:`.result_pool.RESULTS`, which
+    recycles the memory of released results, from :data:`.result_pool.POOL_MIN_BYTES` on."""
     nbytes = dtype.itemsize
     for d in shape:
         nbytes *= d
     if nbytes < ALIGN_MIN_BYTES:
         return np.empty(shape, dtype=dtype)
+    if nbytes >= POOL_MIN_BYTES:
+        return RESULTS.empty(shape, dtype, nbytes)
     raw = np.empty(nbytes + 64, dtype=np.uint8)
     return np.ndarray(shape, dtype, raw, -data_address(raw) % 64)

@@ -281,7 +281,7 @@ INTRINSICS: dict[str, Intrinsic] = {op.name: op for op in [
         "float expression (GELU's building block).\n\n"
         "    Derivative: ``2/sqrt(pi) * exp(-x ** 2)``."
         + _example("tc.erf(x[i])", "[0.0, 0.5, -1.0]", "[0.0, 0.5205, -0.8427]"),
-        math.erf, _erf, "erf{f}({0})", "libm.erf",
+        math.erf, _erf, "erf{f}({0})", "vmath.erf",
         d1=lambda p: E.mul(TWO_OVER_SQRT_PI, E.call("exp", E.neg(E.mul(p.u, p.u)))),
         d2_over_d1=lambda p: E.mul(-2.0, p.u)),                 # erf'' / erf' = -2u
     Intrinsic(

@@ -2,7 +2,7 @@
 
 * :mod:`.types` — dtype ↔ LLVM type mapping and conversions;
 * :mod:`.emit_expr` / :mod:`.emit` — expressions and statements to LLVM IR;
-* :mod:`.vmath` — inline, vectorisable exp/log/tanh/sigmoid;
+* :mod:`.vmath` — inline, vectorisable exp/log/tanh/sigmoid/softplus/erf;
 * :mod:`.parallel` / :mod:`.runtime` — ``"parallel"`` loops outlined and run on POSIX threads;
 * :mod:`.jit` — target machine, O3 pipeline with vectorisation, JIT.
 

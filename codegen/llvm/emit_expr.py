@@ -23,10 +23,10 @@ Semantics, following the reference evaluator (:mod:`tecomp.evaluate`):
   Arms without loads cannot fault, so both are computed and ``select`` picks one.
   ``&`` and ``|`` short-circuit the same way when their right operand reads memory.
 * Math calls are lowered as their op-table entry says (``Intrinsic.llvm``,
-  :mod:`tecomp.intrinsics`): ``exp``, ``log``, ``tanh`` and ``sigmoid`` (``1 / (1 + exp(-x))``)
-  are inline, vectorisable implementations (:mod:`.vmath`); ``sqrt``, ``floor``, ``ceil`` are
-  LLVM intrinsics, ``sin``, ``cos``, ``pow`` intrinsics that become C library calls, ``erf``
-  the C library's.
+  :mod:`tecomp.intrinsics`): ``exp``, ``log``, ``tanh``, ``sigmoid`` (``1 / (1 + exp(-x))``),
+  ``softplus`` and ``erf`` are inline, vectorisable implementations (:mod:`.vmath`); ``sqrt``,
+  ``floor``, ``ceil`` are LLVM intrinsics, ``sin``, ``cos``, ``pow`` intrinsics that become C
+  library calls.
 * float16 values are computed in single precision and every float16 operation rounds its
   result to half precision, so ``+ - * /`` give NumPy's float16 results bit for bit.
 * ``Delta(a, b)`` is 1 where ``a == b``, else 0; ``Zero`` is 0.

@@ -1,5 +1,5 @@
-"""Vectorisable math functions in LLVM IR: exp, log, tanh, sigmoid, softplus for float and
-double.
+"""Vectorisable math functions in LLVM IR: exp, log, tanh, sigmoid, softplus, erf for float
+and double.
 
 The C library's ``expf``/``logf``/``tanhf`` are scalar calls, so a loop that calls them never
 vectorises.  Here each function is an ``internal alwaysinline`` LLVM function of straight-line
@@ -34,11 +34,27 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   ``u == 1``): the rounding error of ``1 + t`` cancels in the quotient (Goldberg, "What every
   computer scientist should know about floating-point arithmetic", 1991, Theorem 4).
 
+* ``erf(x)``: for ``|x| < 0.921875``, ``x + x*R(x^2)`` with ``R`` a polynomial fit of
+  ``erf(x)/x - 1`` in ``x^2`` (degree 6 for float, 11 for double; the leading ``x`` is exact,
+  so tiny and subnormal inputs come out as ``x * 2/sqrt(pi)`` rounded once).  Beyond, ``u``
+  maps ``|x|`` linearly onto [-1, 1] up to ``top`` (3.9375 for float, 6 for double), past
+  which ``erf`` rounds to ``+-1``.  Float: ``sign(x) * P(u)`` with ``P`` a degree-14 fit of
+  ``erf`` itself (no ``exp``: GELU's erf form costs about what its tanh form does).  Double:
+  ``sign(x) * (1 - exp(Q(u) - x^2))`` with ``Q`` a degree-24 fit of ``log(erfc(x)) + x^2``
+  (about ``-log(x sqrt(pi))``: small and smooth); ``x^2`` enters as ``hi + lo`` (``lo =
+  fma(x, x, -hi)``, taken as the factor ``1 - lo``), so its rounding does not reach the
+  result.  The coefficients are Chebyshev fits (``mpmath.chebyfit`` at 50 digits; the
+  constants below).  Both branches are computed and selected, so the loop vectorises.
+  ``erf(+-inf) = +-1``, NaN gives NaN, the sign of zero is kept.
+
 Measured accuracy against the exact result (``np.longdouble`` reference;
 ``tests/codegen/test_llvm_vmath.py`` checks it over wide ranges, subnormals and special values,
 which match NumPy's): maximum error below 1 ulp for exp and log (0.9), below 3 ulp for tanh
 (2.8: two roundings in ``e / (e + 2)``) and sigmoid (2.3, where ``1 + exp(-x)`` is finite;
-beyond, the formula gives 0, as NumPy's) and softplus (2.3).  float16 is computed in float.
+beyond, the formula gives 0, as NumPy's) and softplus (2.3), below 2 ulp for erf in float (1.3,
+where ``u``'s rounding meets the slope of ``erf`` near the split) and 1.5 in double (1.1;
+reference: mpmath, SciPy's double ``erf`` for float inputs).  float16
+is computed in float.
 """
 
 from __future__ import annotations
@@ -227,8 +243,68 @@ def _softplus(f: _B, x: ir.Value) -> ir.Value:
     return f.add(f.sel(f.gt(x, zero), x, zero), _log1p_unit(f, t))  # NaN: 0 + NaN
 
 
+# erf: coefficients (ascending) of the Chebyshev fits (mpmath.chebyfit, 50 digits) described
+# in the module docstring; float32 uses the first set rounded to float, float64 the second
+_ERF_SPLIT = 0.921875
+_ERF_F32 = dict(
+    top=3.9375,
+    small=[0.12837916667316984, -0.3761263402817225, 0.11283699425717714,
+           -0.02685959231070588, 0.005201466868966306, -0.0008147202092613495,
+           8.387591045708916e-05],
+    tail=[0.9994098403982254, 0.00464494993272252, -0.01701745176056887,
+          0.03804839296375076, -0.056787213464639406, 0.05720198376612483,
+          -0.03551262809809669, 0.006502444879518164, 0.011667266550075297,
+          -0.01307900366845933, 0.00421823863019867, 0.0029646317987109243,
+          -0.002532370537164673, -0.0001202567099544218, 0.00039115943107362723])
+_ERF_F64 = dict(
+    top=6.0,
+    small=[0.1283791670955126, -0.37612638903183715, 0.11283791670953008,
+           -0.026866170644665226, 0.00522397762013796, -0.0008548326666795295,
+           0.00012055317752469981, -1.4925221170901272e-05, 1.6454012531282943e-06,
+           -1.6264102432769319e-07, 1.3985356985352318e-08, -8.342328901682342e-10],
+    tail=[-1.8519918426439947, -0.6822997623200012, 0.21833774812470924,
+          -0.08781026383844884, 0.037531184972275596, -0.016160524144444608,
+          0.006825910057849579, -0.0027737107119745153, 0.0010617237389217234,
+          -0.00037052666270947766, 0.00010981977924123614, -2.147293799711629e-05,
+          -2.9934830006951137e-06, 6.565663957497613e-06, -4.84152334406775e-06,
+          2.7207477067885357e-06, -1.3140493100562203e-06, 5.572261596818441e-07,
+          -1.7942941348783354e-07, 2.7644300828816652e-08, -4.79556942383071e-09,
+          3.219803299757306e-09, 1.0366762428323356e-08, -1.144981208077818e-08,
+          3.2249440620411444e-09])
+
+
+def _exp_bounded(f: _B, x: ir.Value) -> ir.Value:
+    """``exp(x)`` for ``x`` where ``2^rint(x / ln2)`` is a normal number (no clamps, no NaN)."""
+    n, r = f.reduce_ln2(x)
+    p = f.horner(r, [1.0 / math.factorial(j) for j in range(f.k.exp_terms + 1)])
+    return f.mul(p, f.pow2(f.b.fptosi(n, f.k.it)))
+
+
+def _erf(f: _B, x: ir.Value) -> ir.Value:
+    k, b = f.k, f.b
+    cf = _ERF_F64 if k.double else _ERF_F32
+    top = cf["top"]
+    mid, half = (top + _ERF_SPLIT) / 2, (top - _ERF_SPLIT) / 2
+    ax = T.intrinsic(b, "fabs", [x])
+    # |x| < split (and NaN, which propagates): x + x*R(x^2)
+    small = f.fma(x, f.horner(f.mul(x, x), cf["small"]), x)
+    # split <= |x| <= top, with u = (|x| - mid) / half in [-1, 1]
+    u = f.fma(ax, k.c(1.0 / half), k.c(-mid / half))
+    if k.double:  # 1 - exp(Q(u) - x^2), x^2 = x2 + x2lo exactly
+        x2 = f.mul(ax, ax)
+        x2lo = f.fma(ax, ax, b.fneg(x2))
+        e = _exp_bounded(f, f.sub(f.horner(u, cf["tail"]), x2))
+        big = f.sub(k.c(1.0), f.mul(e, f.sub(k.c(1.0), x2lo)))
+    else:  # erf itself, a polynomial in u
+        big = f.horner(u, cf["tail"])
+    # beyond top erf rounds to 1 (and u leaves the fitted range)
+    big = T.intrinsic(b, "copysign", [f.sel(f.gt(ax, k.c(top)), k.c(1.0), big), x])
+    return f.sel(b.fcmp_unordered("<", ax, k.c(_ERF_SPLIT)), small, big)
+
+
 _RULES: dict[str, Callable[[_B, ir.Value], ir.Value]] = {
     "exp": _exp, "log": _log, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus,
+    "erf": _erf,
 }
 
 FUNCTIONS = tuple(_RULES)

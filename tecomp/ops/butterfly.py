@@ -127,7 +127,8 @@ def _stage_reader(S: Tensor, b: int, d: int, c2: int, d2: int):
 
 def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
                     factors: Sequence[Tensor], name: str = "butterfly",
-                    perm: Tensor | np.ndarray | None = None, *, unroll: bool = False) -> Tensor:
+                    perm: Tensor | np.ndarray | None = None, *, unroll: bool = False,
+                    staged_out: bool = False) -> Tensor:
     """``M_1 ⋯ M_L · X[perm]`` for Kronecker-sparse factors (``factors[0]`` is applied last).
 
     ``X`` has shape ``(rows, batch)`` with ``rows = a_L·c_L·d_L``; the result has shape
@@ -156,6 +157,17 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     factor, each as many multiply-adds as the stage; a constant ``perm`` is inverted exactly
     (checked to be a bijection) and its inverse read as index arithmetic where it is bit-affine.
     A ``perm`` tensor leaves the first stage to the generic adjoint (a scatter).
+
+    ``staged_out`` computes the last factor applied (pattern ``(a, b, c, d)``) as a stage
+    ``S[i, l, j, n]`` too and then copies it into the canonical row order.  Computed in that
+    order directly, its loops run ``r = i·b·d + j·d + l`` with ``l`` inside ``j``: each of the
+    ``b`` output rows of one ``(i, l)`` re-reads the same ``c`` input rows after ``d - 1``
+    others (``c`` rows ``d`` rows apart: a power-of-two stride that also maps them to the same
+    cache sets).  Staged, the ``c`` rows stay in cache for the ``b`` outputs, at the price of
+    one copy of the result -- the order the gradient's chain has (its first transposed stage
+    is staged, its last step a gather).  Measured on the DCT-II with ``fuse="auto"``, batch
+    128, float64, one thread (loaded machine, one process): ``n = 1024`` 1.55 -> 1.37 ms,
+    ``n = 4096`` 17.1 -> 13.1 ms.  No effect when ``d == 1`` (the two orders agree).
     """
     pats = [_check_pattern(p, f"butterfly_chain {name}") for p in patterns]
     if len(pats) != len(factors):
@@ -180,7 +192,8 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     for level in range(len(pats) - 1, -1, -1):
         a, b, c, d = pats[level]
         T, bd = factors[level], b * d
-        if level == 0:  # the result, in canonical row order
+        staged = level > 0 or (staged_out and d > 1)
+        if not staged:  # the result, in canonical row order
             S = tc.compute(
                 (a * b * d, batch),
                 lambda r, n, T=T, read=read, b=b, c=c, d=d, bd=bd: _terms(
@@ -192,12 +205,15 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
                 (a, d, b, batch),
                 lambda i, l_, j, n, T=T, read=read, c=c: _terms(
                     T, c, unroll, lambda k: read(i, k, l_, n), i, j, l_),
-                name=f"{name}{level + 1}", tag="kron_sparse")
+                name=f"{name}{level + 1}" if level else f"{name}1_staged", tag="kron_sparse")
         if layout is not None:  # the transposed factor as its adjoint (butterfly_grad)
             declare_stage_rule(S, T, src, pats[level], layout, read,
-                               canonical_out=level == 0, unroll=unroll, tables=tables)
+                               canonical_out=not staged, unroll=unroll, tables=tables)
         if level == 0:
-            return S
+            if not staged:
+                return S
+            return tc.compute((a * bd, batch), lambda r, n, S=S, b=b, d=d, bd=bd: S[
+                r // bd, r % d, (r // d) % b, n], name=name if len(pats) == 1 else f"{name}1")
         read = _stage_reader(S, b, d, pats[level - 1][2], pats[level - 1][3])
         layout = stage_input(pats[level - 1], b, d, (a, d, b))
         src, tables = S, ()
@@ -242,7 +258,7 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
     Ts = [tc.constant(np.asarray(f, dtype=np.float64).astype(X.dtype), name=f"{name}_T{i + 1}")
           for i, f in enumerate(factors)]
     Y = butterfly_chain(X, patterns, Ts, name=f"{name}_M", perm=np.asarray(perm, np.int64),
-                        unroll=True)
+                        unroll=True, staged_out=n >= 1024)
     if out_perm is not None:
         Q = tc.constant(np.asarray(out_perm, dtype=np.int64), name=f"{name}_outperm")
         Y = tc.compute(Y.shape, lambda m, b: Y[Q[m], b], name=f"{name}_out")

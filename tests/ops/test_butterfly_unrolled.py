@@ -115,7 +115,8 @@ def test_unrolled_stages_keep_their_buffers():
     _, patterns, factors, _ = real_butterfly(n, "dct2")
     fp, _ = fuse_chain(patterns, factors, auto_grouping(patterns, fewer_passes=True))
     cost = tc.cost([tc.ops.dct(X)], [X])
-    assert cost.iterations == sum(a * b * d for a, b, _, d in fp) * 8
+    # every stage once, plus the copy of the staged last factor into row order (staged_out)
+    assert cost.iterations == sum(a * b * d for a, b, _, d in fp) * 8 + n * 8
 
 
 def test_auto_grouping_and_dct_default(rng):
@@ -152,3 +153,41 @@ def test_dct_gradient_with_respect_to_input(rng, kind):
     Y = tc.ops.dct(X, kind)
     x = rng.standard_normal((n, 3))
     check_gradient(Y, [X], {X: x}, optimize=True, head=rng.standard_normal((n, 3)))
+
+
+@pytest.mark.parametrize("patterns", [square_dyadic_patterns(16), monarch_patterns(12, 12, 3, 4)],
+                         ids=["dyadic16", "monarch12"])
+@pytest.mark.parametrize("perm_form", ["none", "array"])
+def test_staged_out_matches_row_order_and_gradients(rng, patterns, perm_form):
+    # the last factor computed as a stage, then copied into row order: same values, and the
+    # gradient goes through the copy's generic adjoint into the stage's declared rule
+    Ts = [tc.placeholder(p, name=f"T{i}", dtype=F64) for i, p in enumerate(patterns)]
+    a, _, c, d = patterns[-1]
+    rows = a * c * d
+    X = tc.placeholder((rows, 4), name="X", dtype=F64)
+    p = rng.permutation(rows)
+    perm = None if perm_form == "none" else p
+    Y = tc.ops.butterfly_chain(X, patterns, Ts, perm=perm, unroll=True, staged_out=True)
+    assert patterns[0][3] > 1  # a staged last factor (small: inlined into the copy again)
+    ts = [rng.standard_normal(q) for q in patterns]
+    x = rng.standard_normal((rows, 4))
+    ref = _reference(ts, x, perm)
+    np.testing.assert_allclose(tc.build(Y, [X, *Ts])(x, *ts), ref, rtol=1e-11, atol=1e-12)
+    check_gradient(Y, Ts + [X], {X: x, **dict(zip(Ts, ts))}, optimize=True,
+                   head=rng.standard_normal(ref.shape))
+
+
+@pytest.mark.parametrize("kind", ["dct2", "dst2"])
+def test_dct_1024_staged_out_matches_scipy_and_its_inverse(rng, kind):
+    n = 1024
+    X = tc.placeholder((n, 3), name="X", dtype=F64)
+    Y = tc.ops.dct(X, kind)
+    G = tc.placeholder((n, 3), name="G", dtype=F64)
+    x, g = rng.standard_normal((n, 3)), rng.standard_normal((n, 3))
+    assert f"{kind}_M1_staged" in str(tc.lower(Y, [X]))  # kept a buffer at this size
+    fwd, inv = (sfft.dct, sfft.idct) if kind == "dct2" else (sfft.dst, sfft.idst)
+    np.testing.assert_allclose(tc.build(Y, [X])(x), fwd(x, 2, norm="ortho", axis=0),
+                               rtol=1e-12, atol=1e-12)
+    (dX,) = tc.gradient(Y, [X], head=G)
+    np.testing.assert_allclose(tc.build(dX, [X, G])(x, g), inv(g, 2, norm="ortho", axis=0),
+                               rtol=1e-12, atol=1e-12)

@@ -107,7 +107,10 @@ def test_half_storage_float_accumulation(n):
         params = body[:body.index("{")]
         assert "float*" not in params and "double" not in params  # all buffers __half
         assert body.count("__float2half(") == 1  # one store per stage
-        assert body.count("__half2float(") >= 2  # factor and input loads, converted
+        if body.count("__half2float(") == 1:  # the staged last factor copied into row order
+            assert "_staged" in params and "_T" not in params
+        else:
+            assert body.count("__half2float(") >= 2  # factor and input loads, converted
         assert "__half " not in body[body.index("{"):]  # no half-typed locals
 
 
