@@ -55,7 +55,8 @@ from tecomp.stmt_functor import bound_names
 
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
-                 host: Host | None = None, gemm: bool = True) -> LoweredFunc:
+                 host: Host | None = None, gemm: bool = True,
+                 strided: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: with ``gemm``, cache blocking of large "i, k,
     j" sums (:func:`.gemm.block_caches`), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
@@ -77,10 +78,12 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .gemm import block_caches
     from .mod import split_mod_loops
     from .reduce_accumulators import block_sums
+    from .strided import unit_stride
     from .tile import block_rows
 
-
     host = describe() if host is None else host
+    if strided:
+        func = unit_stride(func, host)
     if gemm:
         func = block_caches(func, host, threads=threads)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
