@@ -53,6 +53,11 @@ def build(outs, ins, strided: bool, threads: int):
     return kern
 
 
+def _torch_grad(torch, tfn, tx, tw, th, kw):
+    a, b = tx.requires_grad_(), tw.requires_grad_()
+    return torch.autograd.grad(tfn(a, b, **kw), [a, b], th)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=9)
@@ -92,18 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tx, tw = (torch.from_numpy(a) for a in (x, w))
                 if kind == "fwd":
                     want = tfn(tx.double(), tw.double(), **kw).numpy()
-                    fns["torch"] = lambda tfn=tfn, tx=tx, tw=tw: tfn(tx, tw, **kw)
+                    fns["torch"] = functools.partial(tfn, tx, tw, **kw)
                 else:
                     xd, wd = (t.double().requires_grad_() for t in (tx, tw))
                     want = torch.autograd.grad(tfn(xd, wd, **kw), [xd, wd],
                                                torch.from_numpy(h).double())
                     want = tuple(t.numpy() for t in want)
 
-                    def tgrad(tfn=tfn, tx=tx, tw=tw, th=torch.from_numpy(h)):
-                        a, b = tx.requires_grad_(), tw.requires_grad_()
-                        return torch.autograd.grad(tfn(a, b, **kw), [a, b], th)
-
-                    fns["torch"] = tgrad
+                    fns["torch"] = functools.partial(_torch_grad, torch, tfn, tx, tw,
+                                                     torch.from_numpy(h), kw)
                 for strided, got in results.items():
                     err = rel_error(got, want)
                     assert err < 1e-4, f"{name} {kind} strided={strided}: error {err:.1e}"

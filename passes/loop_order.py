@@ -30,8 +30,14 @@ scores tie (a convolution: ``X[c, y + ry, x + rx]`` is unit-stride in both ``x``
 constant shorter than ``j``'s: a loop of 3 iterations cannot be vectorised, a row of 32 can.
 A strided window (``X[c, 2*y + ry, 2*x + rx]``, where ``k`` wins the score) also puts ``j``
 innermost when ``k`` has at most 4 iterations and ``j`` at least 16: strided loads along a
-row vectorise, a 3-iteration loop does not (stride-2 convolution, scheduled: 0.31 -> 0.11 ms).
+row vectorise, a 3-iteration loop does not (stride-2 convolution, scheduled: 0.31 -> 0.11 ms);
+the same for a dilated window (``X[c, 2*x + 2*rx]``: ``k``'s coefficient up to 4).
 The store keeps unit stride in ``j`` in every case (it is the stage's own last axis).
+Conversely ``k`` stays innermost although ``j`` wins the score when ``j`` has at most 4
+iterations, ``k`` at least 16, and a read walks ``k`` with a constant stride 2-4 (the weight
+gradient of a stride-2 convolution, ``sum H[.., y, x] * X[.., 2*y + ry, 2*x + rx]`` over
+``x``, would otherwise run a 3-iteration loop over ``rx``): the CPU schedule's polyphase
+copy (``passes/schedule/cpu/strided.py``) makes that read unit-stride.
 
 Max and min reductions (``max_pool2d``: ``max(X[c, 2*y + ry, 2*x + rx])``) take the "i, k, j"
 order by the two window rules only, not by the score: a row maximum's argmax, ``min_k
@@ -196,14 +202,22 @@ def _j_inside(score_j: int, score_k: int, reads: list, axes: tuple[E.IterVar, ..
     """Whether the data axis ``j`` should run inside the reduction axis ``k`` (module doc);
     ``by_score=False`` (max and min) keeps only the two window rules."""
     j, k = axes[-1].var, raxes[-1].var
-    if by_score and score_j > score_k:
+    if by_score and score_j > score_k and not _strided_long_k(reads, axes[-1], raxes[-1]):
         return True
     window = any(_unit_stride(r.indices, j) and _unit_stride(r.indices, k) for r in reads)
     if score_j == score_k and window and _short_inner(raxes[-1], axes[-1]):
         return True
     strided = any(r.indices and coefficient(r.indices[-1], j) not in (None, 0)
-                  and coefficient(r.indices[-1], k) == 1 for r in reads)
+                  and coefficient(r.indices[-1], k) in (1, 2, 3, 4) for r in reads)
     return len(axes) >= 2 and strided and _short_inner(raxes[-1], axes[-1], most=4)
+
+
+def _strided_long_k(reads: list, j: E.IterVar, k: E.IterVar) -> bool:
+    """Whether ``k`` should stay innermost although ``j`` wins the score: ``j`` has at most 4
+    iterations, ``k`` at least 16, and a read walks ``k`` with a constant stride ``2..4`` in
+    its last index (the CPU schedule reads it from a polyphase copy with unit stride)."""
+    strided = any(r.indices and coefficient(r.indices[-1], k.var) in (2, 3, 4) for r in reads)
+    return strided and _short_inner(j, k, most=4)
 
 
 def _extent(ax: E.IterVar) -> int | None:
