@@ -1,6 +1,7 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
-:func:`schedule_cpu` is the whole CPU schedule: register/cache blocking of "i, k, j" sums
+:func:`schedule_cpu` is the whole CPU schedule: unit-stride reads for innermost loops
+(:mod:`.strided`), register/cache blocking of "i, k, j" sums
 (:mod:`.tile`, :mod:`.dot`), strip-mining by index divisors
 (:mod:`.mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
 :func:`fuse_parallel`, described here.
@@ -57,7 +58,9 @@ from tecomp.stmt_functor import bound_names
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
                  host: Host | None = None, gemm: bool = True,
                  strided: bool = True) -> LoweredFunc:
-    """The CPU schedule of a lowered program: with ``gemm``, cache blocking of large "i, k,
+    """The CPU schedule of a lowered program: with ``strided``, unit-stride reads for the
+    innermost loops (:func:`.strided.unit_stride`: exact divisions folded, strided reads from a
+    polyphase copy), then with ``gemm``, cache blocking of large "i, k,
     j" sums (:func:`.gemm.block_caches`), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
     (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
