@@ -54,6 +54,7 @@ from tecomp import expr as E
 from tecomp.functor import children, tensor_reads
 from tecomp.loopir import Buffer, For, IfThenElse, Seq, Stmt, Store
 
+from .exact_div import fold_index
 from .lower_stage import identity, rename_axes, upper
 
 
@@ -82,6 +83,9 @@ def coefficient(e: E.Expr, v: E.Var) -> int | None:
         return 0 if a == 0 and b == 0 else None
     if isinstance(e, E.Cast) and e.dtype in ("int32", "int64"):
         return coefficient(e.value, v)
+    if isinstance(e, (E.FloorDiv, E.Mod)) and v in _vars(e):
+        folded = fold_index(e)  # an exact division: ``(j + 2*t - j) // 2`` is ``t``
+        return None if folded is e else coefficient(folded, v)
     return None if v in _vars(e) else 0
 
 
@@ -221,7 +225,13 @@ def _strided_long_k(reads: list, j: E.IterVar, k: E.IterVar) -> bool:
 
 
 def _extent(ax: E.IterVar) -> int | None:
-    return int(ax.extent.value) if isinstance(ax.extent, E.Const) else None
+    """The constant extent of ``ax``, or the width its constant bound terms allow (``u in
+    [max(-2*j, -1), min(31 - 2*j, 2) + 1)``: at most 4), else None."""
+    if isinstance(ax.extent, E.Const):
+        return int(ax.extent.value)
+    los = [int(t.value) for t in lower_terms(ax.lo) if isinstance(t, E.Const)]
+    his = [int(t.value) for t in upper_terms(upper(ax.lo, ax.extent)) if isinstance(t, E.Const)]
+    return max(0, min(his) - max(los)) if los and his else None
 
 
 def _short_inner(k: E.IterVar, j: E.IterVar, most: int | None = None) -> bool:
@@ -292,6 +302,23 @@ def _invert_floor(t: E.Expr, k: E.Var, j: E.Var, lower: bool):
     return "hi", E.add(r, E.sub(one, ck)), "lo"        # j < r - c*(k - d + 1) + 1
 
 
+def _invert_scaled(t: E.Expr, c: int, k: E.Var, j: E.Var, lower: bool):
+    """For a bound term ``t = c*j + r`` (``|c| >= 2``) of ``k``: ``(side, bound of j, j at
+    which t is extreme)`` as :func:`_invert_floor` gives.  With ``m = |c|``: ``k >= m*j + r``
+    is ``j < (k - r) // m + 1``; ``k >= r - m*j`` is ``j >= (r - k + m - 1) // m``; ``k < m*j
+    + r`` is ``j >= (k - r) // m + 1``; ``k < r - m*j`` is ``j < (r - k + m - 1) // m``."""
+    from tecomp.functor import substitute
+
+    r = substitute(t, {j: E.Const(0, j.dtype)})
+    m = E.Const(abs(c), j.dtype)
+    one = E.Const(1, j.dtype)
+    up = E.add(E.floordiv(E.sub(k, r), m), one)                          # (k - r) // m + 1
+    down = E.floordiv(E.add(E.sub(r, k), E.Const(abs(c) - 1, j.dtype)), m)  # ceil((r - k)/m)
+    if lower:
+        return ("hi", up, "lo") if c > 0 else ("lo", down, "last")
+    return ("lo", up, "last") if c > 0 else ("hi", down, "lo")
+
+
 def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Expr):
     """Bounds of the reduction axes once the data axis ``j`` (range ``[jlo, jhi)``) moves
     inside them, and the extra bounds of ``j`` (Fourier–Motzkin on unit coefficients).
@@ -348,7 +375,11 @@ def _invert_terms(terms: list[E.Expr], k: E.Var, j: E.Var, jlo: E.Expr, jlast: E
             (jl if inv[0] == "lo" else jh).append(inv[1])
             t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
         elif c not in (0, 1, -1):
-            return None
+            inv = _invert_scaled(t, c, k, j, lower)
+            if inv is None:
+                return None
+            (jl if inv[0] == "lo" else jh).append(inv[1])
+            t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
         else:
             r = substitute(t, {j: E.Const(0, j.dtype)})
             if c == 1:

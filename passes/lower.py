@@ -12,8 +12,9 @@ reference evaluator (:func:`tecomp.evaluate`) defines it, in this shape:
    (:mod:`.flatten_sum`), and sums that read with a stride along a short output row are
    computed over the flattened output grid (:mod:`.flatten_rows`); both add gather stages.
 3. Each remaining stage is one loop nest (:mod:`.lower_stage`; sums whose window slides with
-   the last axis are split by residues (:mod:`.residue_split`), other sums over the
-   unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
+   the last axis are split by residues (:mod:`.residue_split`), windows that slide ``s >= 2``
+   per step of it are rewritten relative to it first (:mod:`.window_shift`), other sums over
+   the unit-stride axis are reordered by :mod:`.loop_order`).  Outputs store into their
    ``"output"`` buffer; other stages into a ``"temp"`` buffer whose ``Allocate`` encloses the
    rest of the program.  An output read by another stage is computed once and read back from
    its output buffer.  An output that is an input, or that appears twice, is copied.
@@ -82,6 +83,7 @@ from .lower_stage import (
     lower_stage,
 )
 from .residue_split import split_window_sum
+from .window_shift import shift_strided_windows
 
 
 def _ident(name: str) -> str:
@@ -297,6 +299,11 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
         body = contiguous_reduction_last(exprs[id(t)][0])
         conv = expression_lowerer(ctx, buf.name)
         stmt = split_window_sum(t.op.axes, body, buf, conv, ctx.params, fresh=ctx.fresh)
+        if stmt is None:
+            shifted = shift_strided_windows(t.op.axes, exprs[id(t)][0], set(ctx.params))
+            if shifted is not exprs[id(t)][0]:
+                stmt = reorder_sum(t.op.axes, contiguous_reduction_last(shifted), buf, conv,
+                                   ctx.params)
         if stmt is None:
             stmt = reorder_sum(t.op.axes, body, buf, conv, ctx.params)
         if stmt is None:

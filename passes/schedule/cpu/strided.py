@@ -6,8 +6,8 @@ shuffles, for every multiply-add: a stride-2 3x3 convolution ran at a quarter of
 one's speed per flop.  :func:`unit_stride` makes the reads of every innermost loop unit-stride
 where they are not, by two exact rewrites:
 
-* :func:`.exact_div.fold_exact_divisions`: indices such as ``(2*xq + 2*xu) // 2`` that zero
-  elimination leaves in transposed convolutions become ``xq + xu``;
+* :func:`tecomp.passes.exact_div.fold_exact_divisions`: indices such as ``(2*xq + 2*xu) // 2``
+  that zero elimination leaves in transposed convolutions become ``xq + xu``;
 * :func:`deinterleave`: a buffer ``B`` read at ``B[.., s*v + e]`` (``s >= 2`` a constant,
   ``v`` the variable of an innermost loop, ``e`` free of ``v``) is copied once into its
   polyphase layout ``B_s[.., p, q] = B[.., s*q + p]`` (``0 <= p < s``) and the read becomes
@@ -62,7 +62,7 @@ from tecomp.stmt_functor import (
     walk_stmt,
 )
 
-from .exact_div import affine, build, fold_exact_divisions, fold_index
+from ...exact_div import affine, build, fold_exact_divisions, fold_index
 
 #: deinterleave only when the strided reads touch each element this many times on average
 REUSE = 4
