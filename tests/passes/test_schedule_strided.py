@@ -231,3 +231,26 @@ def test_compiled_kernels_match_the_evaluator(name):
         want = tc.evaluate(outs, dict(zip(ins, arrays)))
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"{name} {kind}")
+
+
+def test_symbolic_sizes_deinterleave_and_match_the_evaluator():
+    n, w = tc.var("n"), tc.var("w")
+    X = tc.placeholder((n, 8, 37, w), name="X")
+    W = tc.placeholder((4, 8, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 8, 37, 35)).astype(np.float32)
+    wv = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    h = rng.standard_normal((2, 4, 19, 18)).astype(np.float32)
+    for outs, ins, arrays in (([Y], [X, W], [x, wv]),
+                              (tc.gradient(Y, [X, W], head=H), [X, W, H], [x, wv, h])):
+        func = schedule_cpu(lower(outs, ins), threads=False)
+        assert any(isinstance(s, Allocate) and s.buffer.name == "X_pad_s2"
+                   for s in walk_stmt(func.body))
+        want = tc.evaluate(outs, dict(zip(ins, arrays)))
+        got = tc.build(outs, ins)(*arrays)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, v, r in zip(got, want, run(func, arrays)):
+            np.testing.assert_allclose(g, v, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(r, v, rtol=1e-4, atol=1e-4)
