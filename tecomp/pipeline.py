@@ -112,9 +112,13 @@ def schedule_of(target_name: str) -> Any:
 
     check_target(target_name)
     if target_name == "llvm":
+        from .codegen.target import file_digest
+        from .passes import exact_div
         from .passes.schedule import cpu
 
-        return Schedule(cpu.schedule_cpu, source_digest(str(Path(cpu.__file__).parent)))
+        # the CPU schedule also runs passes/exact_div.py (index folding) on every program
+        return Schedule(cpu.schedule_cpu, source_digest(str(Path(cpu.__file__).parent))
+                        + file_digest(exact_div.__file__))
     from .passes.schedule import gpu
 
     return Schedule(gpu.schedule_gpu, source_digest(str(Path(gpu.__file__).parent)))
