@@ -19,6 +19,8 @@ from __future__ import annotations
 from tecomp import expr as E
 from tecomp.functor import children, substitute
 
+from .exact_div import fold_index
+
 
 def expr_vars(e: E.Expr) -> set[E.Var]:
     """Every variable in ``e`` (those a reduction inside binds included)."""
@@ -56,6 +58,9 @@ def coefficient(e: E.Expr, v: E.Var) -> int | None:
         return 0 if a == 0 and b == 0 else None
     if isinstance(e, E.Cast) and e.dtype in ("int32", "int64"):
         return coefficient(e.value, v)
+    if isinstance(e, (E.FloorDiv, E.Mod)) and v in expr_vars(e):
+        folded = fold_index(e)  # an exact division: ``(j + 2*t - j) // 2`` is ``t``
+        return None if folded is e else coefficient(folded, v)
     return None if v in expr_vars(e) else 0
 
 

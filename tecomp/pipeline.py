@@ -32,7 +32,6 @@ shows the scheduled loop IR of a target.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -116,17 +115,22 @@ def bounds_checked(func: LoweredFunc, *, check_bounds: bool = True) -> tuple[Low
 
 def schedule_of(target_name: str) -> Any:
     """The schedule of a target as a :class:`~tecomp.codegen.target.Schedule` (its function
-    and a digest of its package's source)."""
-    from .codegen.target import Schedule, source_digest
+    and a digest of the source it runs)."""
+    from .codegen.target import Schedule
 
     check_target(target_name)
+    # a schedule runs modules of its own folder and others (lowering's helpers, index
+    # folding, the lane-loop rules of the IR): versioned by all of tecomp's own source below
+    # the targets, the digest the program cache uses (computed once per process)
+    from .program_cache import passes_version
+
     if target_name == "llvm":
         from .passes.schedule import cpu
 
-        return Schedule(cpu.schedule_cpu, source_digest(str(Path(cpu.__file__).parent)))
+        return Schedule(cpu.schedule_cpu, passes_version())
     from .passes.schedule import gpu
 
-    return Schedule(gpu.schedule_gpu, source_digest(str(Path(gpu.__file__).parent)))
+    return Schedule(gpu.schedule_gpu, passes_version())
 
 
 def target(target_name: str, **options: Any) -> Any:

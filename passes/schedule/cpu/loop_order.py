@@ -30,8 +30,14 @@ scores tie (a convolution: ``X[c, y + ry, x + rx]`` is unit-stride in both ``x``
 constant shorter than ``j``'s: a loop of 3 iterations cannot be vectorised, a row of 32 can.
 A strided window (``X[c, 2*y + ry, 2*x + rx]``, where ``k`` wins the score) also puts ``j``
 innermost when ``k`` has at most 4 iterations and ``j`` at least 16: strided loads along a
-row vectorise, a 3-iteration loop does not (stride-2 convolution, scheduled: 0.31 -> 0.11 ms).
+row vectorise, a 3-iteration loop does not (stride-2 convolution, scheduled: 0.31 -> 0.11 ms);
+the same for a dilated window (``X[c, 2*x + 2*rx]``: ``k``'s coefficient up to 4).
 The store keeps unit stride in ``j`` in every case (it is the stage's own last axis).
+Conversely ``k`` stays innermost although ``j`` wins the score when ``j`` has at most 4
+iterations, ``k`` at least 16, and a read walks ``k`` with a constant stride 2-4 (the weight
+gradient of a stride-2 convolution, ``sum H[.., y, x] * X[.., 2*y + ry, 2*x + rx]`` over
+``x``, would otherwise run a 3-iteration loop over ``rx``): the CPU schedule's polyphase
+copy (``passes/schedule/cpu/strided.py``) makes that read unit-stride.
 
 Max and min reductions (``max_pool2d``: ``max(X[c, 2*y + ry, 2*x + rx])``) take the "i, k, j"
 order by the two window rules only, not by the score: a row maximum's argmax, ``min_k
@@ -162,18 +168,32 @@ def _j_inside(score_j: int, score_k: int, reads: list, axes: tuple[E.IterVar, ..
     """Whether the data axis ``j`` should run inside the reduction axis ``k`` (module doc);
     ``by_score=False`` (max and min) keeps only the two window rules."""
     j, k = axes[-1].var, raxes[-1].var
-    if by_score and score_j > score_k:
+    if by_score and score_j > score_k and not _strided_long_k(reads, axes[-1], raxes[-1]):
         return True
     window = any(unit_stride(r.indices, j) and unit_stride(r.indices, k) for r in reads)
     if score_j == score_k and window and _short_inner(raxes[-1], axes[-1]):
         return True
     strided = any(r.indices and coefficient(r.indices[-1], j) not in (None, 0)
-                  and coefficient(r.indices[-1], k) == 1 for r in reads)
+                  and coefficient(r.indices[-1], k) in (1, 2, 3, 4) for r in reads)
     return len(axes) >= 2 and strided and _short_inner(raxes[-1], axes[-1], most=4)
 
 
+def _strided_long_k(reads: list, j: E.IterVar, k: E.IterVar) -> bool:
+    """Whether ``k`` should stay innermost although ``j`` wins the score: ``j`` has at most 4
+    iterations, ``k`` at least 16, and a read walks ``k`` with a constant stride ``2..4`` in
+    its last index (the CPU schedule reads it from a polyphase copy with unit stride)."""
+    strided = any(r.indices and coefficient(r.indices[-1], k.var) in (2, 3, 4) for r in reads)
+    return strided and _short_inner(j, k, most=4)
+
+
 def _extent(ax: E.IterVar) -> int | None:
-    return int(ax.extent.value) if isinstance(ax.extent, E.Const) else None
+    """The constant extent of ``ax``, or the width its constant bound terms allow (``u in
+    [max(-2*j, -1), min(31 - 2*j, 2) + 1)``: at most 4), else None."""
+    if isinstance(ax.extent, E.Const):
+        return int(ax.extent.value)
+    los = [int(t.value) for t in lower_terms(ax.lo) if isinstance(t, E.Const)]
+    his = [int(t.value) for t in upper_terms(upper(ax.lo, ax.extent)) if isinstance(t, E.Const)]
+    return max(0, min(his) - max(los)) if los and his else None
 
 
 def _short_inner(k: E.IterVar, j: E.IterVar, most: int | None = None) -> bool:
@@ -204,6 +224,23 @@ def _invert_floor(t: E.Expr, k: E.Var, j: E.Var, lower: bool):
     if a == 1:       # j >= c*(k - d + 1) - r; t's greatest value is at the last j
         return "lo", E.add(ck, E.neg(r)), "last"
     return "hi", E.add(r, E.sub(one, ck)), "lo"        # j < r - c*(k - d + 1) + 1
+
+
+def _invert_scaled(t: E.Expr, c: int, k: E.Var, j: E.Var, lower: bool):
+    """For a bound term ``t = c*j + r`` (``|c| >= 2``) of ``k``: ``(side, bound of j, j at
+    which t is extreme)`` as :func:`_invert_floor` gives.  With ``m = |c|``: ``k >= m*j + r``
+    is ``j < (k - r) // m + 1``; ``k >= r - m*j`` is ``j >= (r - k + m - 1) // m``; ``k < m*j
+    + r`` is ``j >= (k - r) // m + 1``; ``k < r - m*j`` is ``j < (r - k + m - 1) // m``."""
+    from tecomp.functor import substitute
+
+    r = substitute(t, {j: E.Const(0, j.dtype)})
+    m = E.Const(abs(c), j.dtype)
+    one = E.Const(1, j.dtype)
+    up = E.add(E.floordiv(E.sub(k, r), m), one)                          # (k - r) // m + 1
+    down = E.floordiv(E.add(E.sub(r, k), E.Const(abs(c) - 1, j.dtype)), m)  # ceil((r - k)/m)
+    if lower:
+        return ("hi", up, "lo") if c > 0 else ("lo", down, "last")
+    return ("lo", up, "last") if c > 0 else ("hi", down, "lo")
 
 
 def invert_bounds(raxes: tuple[E.IterVar, ...], j: E.Var, jlo: E.Expr, jhi: E.Expr):
@@ -260,7 +297,11 @@ def _invert_terms(terms: list[E.Expr], k: E.Var, j: E.Var, jlo: E.Expr, jlast: E
             (jl if inv[0] == "lo" else jh).append(inv[1])
             t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
         elif c not in (0, 1, -1):
-            return None
+            inv = _invert_scaled(t, c, k, j, lower)
+            if inv is None:
+                return None
+            (jl if inv[0] == "lo" else jh).append(inv[1])
+            t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
         else:
             r = substitute(t, {j: E.Const(0, j.dtype)})
             if c == 1:

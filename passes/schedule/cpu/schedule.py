@@ -1,7 +1,8 @@
 """CPU scheduling of lowered loop nests: enough parallel iterations for every core.
 
 :func:`schedule_cpu` is the whole CPU schedule: the loop order of reductions
-(:mod:`.sum_order`: "i, k, j" sums, residue splitting), register/cache blocking of "i, k, j" sums
+(:mod:`.sum_order`: "i, k, j" sums, residue splitting), unit-stride reads for innermost
+loops (:mod:`.strided`), register/cache blocking of "i, k, j" sums
 (:mod:`.tile`, :mod:`.dot`), strip-mining by index divisors
 (:mod:`.mod`), fusion of consecutive row loops (:mod:`.fuse_loops`), then
 :func:`fuse_parallel`, described here.
@@ -57,9 +58,11 @@ from tecomp.stmt_functor import bound_names
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
                  host: Host | None = None, gemm: bool = True,
-                 pack: bool = True) -> LoweredFunc:
+                 pack: bool = True, strided: bool = True) -> LoweredFunc:
     """The CPU schedule of a lowered program: the CPU loop order of reductions
-    (:func:`.sum_order.order_sums`), then, with ``gemm``, cache blocking of large "i, k,
+    (:func:`.sum_order.order_sums`), then with ``strided``, unit-stride reads for the
+    innermost loops (:func:`.strided.unit_stride`: exact divisions folded, strided reads from a
+    polyphase copy), then with ``gemm``, cache blocking of large "i, k,
     j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
     to contiguous memory and register tiles), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
@@ -81,12 +84,14 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .gemm import block_caches
     from .mod import split_mod_loops
     from .reduce_accumulators import block_sums
+    from .strided import unit_stride
     from .sum_order import order_sums
     from .tile import block_rows
 
     func = order_sums(func)
-
     host = describe() if host is None else host
+    if strided:
+        func = unit_stride(func, host)
     if gemm:
         func = block_caches(func, host, threads=threads, pack=pack)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))

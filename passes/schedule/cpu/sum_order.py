@@ -25,7 +25,9 @@ tensor standing for the buffer) and applies, in order:
    with unit stride becomes the innermost;
 2. :func:`.residue_split.split_window_sum`: a sum whose window slides with the last data
    axis is split by residues (the polyphase form of a strided convolution's gradient);
-3. :func:`.loop_order.reorder_sum`: otherwise the "i, k, j" order, where that pays.
+3. :func:`.loop_order.reorder_sum`: otherwise the "i, k, j" order, where that pays — first
+   on the sum with its windows that slide ``s >= 2`` per output rewritten relative to it
+   (:func:`tecomp.passes.window_shift.shift_strided_windows`), then on the sum as it is.
 
 When only step 1 changed the sum, the stage is lowered again in the plain order with the
 reordered axes (:func:`tecomp.passes.lower_stage.lower_stage`); when nothing applies, the nest
@@ -68,6 +70,7 @@ from tecomp.stmt_functor import (
 from tecomp.tensor import PlaceholderOp, Tensor
 
 from ...lower_stage import Context, expression_lowerer, identity, lower_stage, upper
+from ...window_shift import shift_strided_windows
 from .loop_order import contiguous_reduction_last, reorder_sum
 from .residue_split import split_window_sum
 
@@ -110,6 +113,11 @@ class _Order(StmtMutator):
         conv = expression_lowerer(ctx, buf.name)
         stmt = split_window_sum(axes, body, buf, conv, ctx.params, fresh=ctx.fresh,
                                 parallel=False)
+        if stmt is None:
+            shifted = shift_strided_windows(axes, plain, set(ctx.params) | ctx.taken)
+            if shifted is not plain:
+                stmt = reorder_sum(axes, contiguous_reduction_last(shifted), buf, conv,
+                                   ctx.params, parallel=False)
         if stmt is None:
             stmt = reorder_sum(axes, body, buf, conv, ctx.params, parallel=False)
         if stmt is not None:
