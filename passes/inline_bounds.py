@@ -11,7 +11,11 @@ it in range (``X[i % 4]``) or guards it (padding ``select(1 <= i <= 4, X[i - 1],
 (:mod:`.bounds_check`, :mod:`.bounds_affine`) decides them exactly: ``P`` is not inlined when
 one of its read sites has
 
-* an index that reads data (a gather ``P[idx[i]]``): it can only be checked at run time;
+* an index that reads data (a gather ``P[idx[i]]``): it can only be checked at run time --
+  unless ``P``'s body itself reads a tensor with that axis as an index over the same extent
+  wherever it is evaluated (``ls[i, j] = X[i, j] - m[i]``, a log-softmax, read as
+  ``ls[i, y[i]]``): the inlined read ``X[i, y[i]]`` is checked against the same range (the
+  error then names ``X``);
 * an index whose range, found by interval arithmetic over the enclosing loops (data axes,
   reduction axes, the conditions of the ``select``, ``&`` and ``where`` that lead to the
   read), may leave ``P``'s constant extent.
@@ -56,9 +60,38 @@ def _bind_axes(axes: Iterable[E.IterVar], env: Env) -> None:
             env[ax.var] = (lo[0], lo[1] + ext[1] - 1)
 
 
+def _witnessed(p: Tensor) -> set[int]:
+    """The axes ``k`` of ``p`` whose index any inlined read keeps checked: ``p``'s body reads
+    a tensor wherever it is evaluated (not under a ``select``, ``&``/``|`` or reduction) with
+    ``p``'s axis ``k`` itself as an index, over the same extent (``ls[i, j] = X[i, j] - m[i]``
+    read as ``ls[i, y[i]]`` reads ``X[i, y[i]]``, checked against the same extent)."""
+    op = p.op
+    if not isinstance(op, ComputeOp):
+        return set()
+    axis = {ax.var: k for k, ax in enumerate(op.axes)}
+    out: set[int] = set()
+    stack = [op.body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, E.TensorRead) and e.tensor is not p:
+            for a, i in enumerate(e.indices):
+                k = axis.get(i)
+                if k is not None and a < len(e.tensor.shape) and e.tensor.shape[a] == p.shape[k]:
+                    out.add(k)
+        if isinstance(e, E.Select):
+            stack.append(e.cond)
+        elif isinstance(e, (E.And, E.Or)):
+            stack.append(e.a)
+        elif not isinstance(e, E.Reduce):
+            stack.extend(children(e))
+    return out
+
+
 def _unsafe(e: E.Expr, p: Tensor, env: Env) -> bool:
     if isinstance(e, E.TensorRead) and e.tensor is p:
-        return any(_index_unsafe(i, s, env) for i, s in zip(e.indices, p.shape)) or \
+        kept = _witnessed(p)
+        return any(_index_unsafe(i, s, env, k in kept)
+                   for k, (i, s) in enumerate(zip(e.indices, p.shape))) or \
             any(_unsafe(i, p, env) for i in e.indices)
     if isinstance(e, E.Select):
         return (_unsafe(e.cond, p, env) or _unsafe(e.t, p, _refine(e.cond, env))
@@ -78,9 +111,9 @@ def _unsafe(e: E.Expr, p: Tensor, env: Env) -> bool:
     return any(_unsafe(c, p, env) for c in children(e))
 
 
-def _index_unsafe(index: E.Expr, extent: E.Expr, env: Env) -> bool:
+def _index_unsafe(index: E.Expr, extent: E.Expr, env: Env, kept: bool) -> bool:
     if any(isinstance(x, E.TensorRead) for x in walk(index)):
-        return True  # a gather: checked at run time only
+        return not kept  # a gather: checked at run time only (by a read of the body: kept)
     ext = _const(extent)
     r = _range(index, env)
     if ext is None or r is None or r[0] > r[1]:

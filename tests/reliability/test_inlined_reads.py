@@ -100,3 +100,22 @@ def test_reads_proven_in_range_are_still_inlined(rng):
     x = rng.standard_normal(4).astype(np.float32)
     for got, want in zip(tc.build([H, G], [X])(x), tc.evaluate([H, G], {X: x})):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_gather_checked_by_a_read_of_the_inlined_body_stays_inlined(rng):
+    X = tc.placeholder((3, 5), name="X")
+    y = tc.placeholder((3,), name="y", dtype="int64")
+    ls = tc.ops.log_softmax(X)
+    i = tc.reduce_axis(3, name="i")
+    loss = tc.compute((), lambda: tc.sum(-ls[i, y[i]], axis=i), name="loss")
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    kernel = tc.build(loss, [X, y])
+    good = np.array([4, 0, 2])
+    np.testing.assert_allclose(kernel(x, good), tc.evaluate([loss], {X: x, y: good})[0],
+                               rtol=1e-5)
+    bad = np.array([4, 5, 2])
+    with pytest.raises(tc.EvaluationError, match="out of bounds"):
+        tc.evaluate([loss], {X: x, y: bad})
+    with pytest.raises(tc.IndexBoundsError, match=r"axis 1 index 5 not in \[0, 5\)"):
+        kernel(x, bad)
+    assert ls.name not in _temps([loss], [X, y])  # X[i, y[i]] is checked in its place
