@@ -22,9 +22,10 @@ one of its read sites has
 
 Interval arithmetic is sound and conservative (``[lo, hi]`` of ``+ - *``, ``//`` and ``%`` by
 positive constants, ``min``, ``max``, ``select``), so a read it cannot place inside ``P``
-merely keeps ``P``'s buffer.  An index with a symbolic size in its range, or a symbolic
-extent of ``P``, is not analysed and the read is inlined: an affine read of an inlined stage
-out of range for a symbolic size is not reported (docs/robustness.md).
+merely keeps ``P``'s buffer; over axes with constant bounds, each used once, it is exact.
+An index over a symbolic size or an axis whose bounds depend on another variable, or into a
+symbolic extent of ``P``, is not analysed and the read is inlined: such an affine read of an
+inlined stage, out of range, is not reported (docs/robustness.md).
 """
 
 from __future__ import annotations
@@ -54,10 +55,13 @@ def reads_checked_in_place(reader: Tensor, exprs: Iterable[E.Expr], p: Tensor) -
 
 
 def _bind_axes(axes: Iterable[E.IterVar], env: Env) -> None:
+    """Bind the axes with constant bounds; an axis whose bounds depend on another variable
+    (zero elimination's ``t`` in ``[max(0, j - 2), min(4, j)]``) stays unknown: its interval
+    would lose that dependence and call in-range reads (``j - t``) unsafe."""
     for ax in axes:
-        lo, ext = _range(ax.lo, env), _range(ax.extent, env)
+        lo, ext = _const(ax.lo), _const(ax.extent)
         if lo is not None and ext is not None:
-            env[ax.var] = (lo[0], lo[1] + ext[1] - 1)
+            env[ax.var] = (lo, lo + ext - 1)
 
 
 def _witnessed(p: Tensor) -> set[int]:
