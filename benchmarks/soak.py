@@ -23,7 +23,9 @@ Draws programs from the hypothesis strategies of the reliability tests
 Every compiled program goes through the bounds pass, so an affine access that leaves its
 tensor fails the build (``LoweringError``) instead of reading foreign memory.
 
-The evaluator runs once per program (its results serve the JIT and ``tc.optimize`` checks)
+Each run (each job) uses a persistent cache of its own in a temporary directory, so a rerun
+compiles everything again.  The evaluator runs once per program (its results serve the JIT
+and ``tc.optimize`` checks)
 and the out-of-range check reuses the JIT check's kernel.  ``--jobs n`` splits the programs
 over ``n`` processes (each its own hypothesis seed, derived from ``--seed``; the same
 ``--seed`` and ``--jobs`` draw the same programs) and adds up their counts.
@@ -255,10 +257,21 @@ def soak(opts: dict, job: int = 0, jobs: int = 1) -> Tally:
                 assert_same(g, w, f"gradient {k}")
         tally.run("compiled gradient == evaluator", prog, compiled)
 
-    if _share(opts["programs"], jobs, job):
-        forward()
-    if _share(opts["gradients"], jobs, job):
-        gradients()
+    import tempfile
+
+    from tecomp.codegen.disk_cache import set_default_cache
+
+    # a persistent cache of its own: a rerun compiles again (and the user's cache is spared
+    # thousands of throw-away entries)
+    with tempfile.TemporaryDirectory(prefix="tecomp-soak-") as tmp:
+        old = set_default_cache(tmp)
+        try:
+            if _share(opts["programs"], jobs, job):
+                forward()
+            if _share(opts["gradients"], jobs, job):
+                gradients()
+        finally:
+            set_default_cache(old)
     return tally
 
 
