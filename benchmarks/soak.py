@@ -30,13 +30,16 @@ and the out-of-range check reuses the JIT check's kernel.  ``--jobs n`` splits t
 over ``n`` processes (each its own hypothesis seed, derived from ``--seed``; the same
 ``--seed`` and ``--jobs`` draw the same programs) and adds up their counts.
 
-Prints programs per second, counts per check and the first program of each distinct failure
-(by exception type and first message line).  Exit status 1 when anything failed.
+Prints programs per second, how many of the programs are distinct (hypothesis repeats some;
+a repeat still gets fresh data, but its kernel comes from the in-memory cache), counts per
+check and the first program of each distinct failure (by exception type and first message
+line).  Exit status 1 when anything failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -75,6 +78,8 @@ class Tally:
         self.counts: dict[str, int] = {}
         self.failures: dict[str, tuple[str, str]] = {}
         self.failed: dict[str, int] = {}
+        self.distinct: set[str] = set()  # digests of the forward programs' text
+        self.distinct_gradients: set[str] = set()
 
     def run(self, check: str, prog, fn) -> None:
         self.counts[check] = self.counts.get(check, 0) + 1
@@ -220,6 +225,7 @@ def soak(opts: dict, job: int = 0, jobs: int = 1) -> Tally:
     @settings(quiet, max_examples=max(1, _share(opts["programs"], jobs, job)))
     def forward(prog, seed):
         seen["n"] += 1
+        tally.distinct.add(hashlib.sha256(prog.text.encode()).hexdigest())
         data = prog.arrays(seed)
         want: list = []
         kernel: list = []
@@ -237,6 +243,8 @@ def soak(opts: dict, job: int = 0, jobs: int = 1) -> Tally:
     @given(programs(smooth=True, dtype="float64"), st.integers(0, 2**31))
     @settings(quiet, max_examples=max(1, _share(opts["gradients"], jobs, job)))
     def gradients(prog, seed):
+        tally.distinct_gradients.add(hashlib.sha256(prog.text.encode()).hexdigest())
+
         def check() -> None:
             check_gradient(prog.outputs[-1], prog.floats, prog.bindings(prog.arrays(seed)),
                            seed=seed % 2**16, rtol=1e-5, atol=1e-8, optimize=bool(seed % 2))
@@ -330,11 +338,15 @@ def main() -> int:
             tally.failed[check] = tally.failed.get(check, 0) + n
         for key, found in t.failures.items():
             tally.failures.setdefault(key, found)
+        tally.distinct |= t.distinct
+        tally.distinct_gradients |= t.distinct_gradients
     done = tally.counts.get("evaluator", 0) + tally.counts.get(
         "gradient == finite differences", 0)
     print(f"soak (seed {args.seed}, {jobs} job{'s' if jobs > 1 else ''}): {elapsed:.0f} s, "
           f"{done / max(elapsed, 1e-9):.2f} programs/s (opt level {args.opt_level}, O3 via "
           f"tc.build every {args.o3_every})")
+    print(f"  distinct programs (by text): {len(tally.distinct)} forward, "
+          f"{len(tally.distinct_gradients)} for gradients")
     for check, n in tally.counts.items():
         print(f"  {check:32s} {n:6d} run, {tally.failed.get(check, 0):4d} failed")
     for key, (text, tb) in tally.failures.items():
