@@ -1,6 +1,7 @@
 """Soak test: many random programs through the compiler, failures counted and reported.
 
     python benchmarks/soak.py --programs 10000 --gradients 1000 [--seed 0] [--opt-level 1]
+    python benchmarks/soak.py --programs 100000 --gradients 10000 --seed 0 --jobs 16
     python benchmarks/soak.py --kernels 10000 --calls 1000000   # memory: builds, then calls
     python benchmarks/soak.py --kernels 1000 --cache-size 64    # the same, smaller bound
     python benchmarks/soak.py --bounds-cost      # build-time cost of the static bounds proofs
@@ -12,6 +13,9 @@ Draws programs from the hypothesis strategies of the reliability tests
   ``--o3-every``-th program goes through ``tc.build`` itself (O3), the others through the same
   pipeline compiled at ``--opt-level`` (compiling at O3 dominates the run time otherwise);
 * ``tc.optimize`` preserves the evaluator's results;
+* every ``--oob-every``-th program with a gather, run again with one gather index out of
+  range (the same kernel): it raises ``IndexBoundsError`` exactly where the evaluator raises,
+  naming the same tensor, else both agree;
 * for ``--gradients`` smooth float64 programs, ``tc.gradient`` (naive and optimised,
   alternating) against central finite differences, and the optimised gradient compiled (same
   pipeline, bounds proofs included) against the evaluator.
@@ -19,13 +23,23 @@ Draws programs from the hypothesis strategies of the reliability tests
 Every compiled program goes through the bounds pass, so an affine access that leaves its
 tensor fails the build (``LoweringError``) instead of reading foreign memory.
 
-Prints counts per check and the first program of each distinct failure (by exception type and
-first message line).  Exit status 1 when anything failed.
+Each run (each job) uses a persistent cache of its own in a temporary directory, so a rerun
+compiles everything again.  The evaluator runs once per program (its results serve the JIT
+and ``tc.optimize`` checks)
+and the out-of-range check reuses the JIT check's kernel.  ``--jobs n`` splits the programs
+over ``n`` processes (each its own hypothesis seed, derived from ``--seed``; the same
+``--seed`` and ``--jobs`` draw the same programs) and adds up their counts.
+
+Prints programs per second, how many of the programs are distinct (hypothesis repeats some;
+a repeat still gets fresh data, but its kernel comes from the in-memory cache), counts per
+check and the first program of each distinct failure (by exception type and first message
+line).  Exit status 1 when anything failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -64,6 +78,8 @@ class Tally:
         self.counts: dict[str, int] = {}
         self.failures: dict[str, tuple[str, str]] = {}
         self.failed: dict[str, int] = {}
+        self.distinct: set[str] = set()  # digests of the forward programs' text
+        self.distinct_gradients: set[str] = set()
 
     def run(self, check: str, prog, fn) -> None:
         self.counts[check] = self.counts.get(check, 0) + 1
@@ -90,7 +106,7 @@ def compile_memory(count: int, calls: int = 0) -> int:
 
     from tecomp.codegen.cache import KERNELS
     from tecomp.codegen.disk_cache import set_default_cache
-    from tecomp.codegen.proof_cache import PROVEN
+    from tecomp.proof_cache import PROVEN
 
     tmp = tempfile.TemporaryDirectory(prefix="tecomp-soak-")
     old = set_default_cache(tmp.name)
@@ -159,16 +175,131 @@ def bounds_cost(repeat: int = 9) -> int:
     return 0
 
 
+def _jobs_seed(seed: int, job: int) -> int:
+    """The hypothesis seed of share ``job`` (job 0 draws what a run with one job draws)."""
+    return seed + 100003 * job
+
+
+def _share(total: int, jobs: int, job: int) -> int:
+    return total // jobs + (1 if job < total % jobs else 0)
+
+
+def soak(opts: dict, job: int = 0, jobs: int = 1) -> Tally:
+    """Run share ``job`` of ``jobs`` of the random-program checks; return the tally."""
+    warnings.simplefilter("ignore")
+    from gradcheck import check_gradient
+    from strategies import programs
+    from test_fuzz_programs import assert_same, check_out_of_range
+
+    tally = Tally()
+    seen = {"n": 0}
+    quiet = settings(deadline=None, database=None, derandomize=False,
+                     suppress_health_check=list(HealthCheck))
+    seed0 = _jobs_seed(opts["seed"], job)
+
+    def jit_check(prog, data: list, want: list) -> Kernel:
+        """JIT == evaluator on ``data``; returns the kernel (reused for out-of-range data)."""
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in data]
+        if seen["n"] % opts["o3_every"] == 0:
+            kernel = tc.build(prog.outputs, prog.inputs)
+        else:
+            kernel = build_at(prog, opts["opt_level"])
+        got = kernel(*data)
+        for a, c in zip(data, copies):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, c, err_msg="the kernel wrote an input")
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"output {k}")
+            for a in data:
+                if isinstance(a, np.ndarray):
+                    assert not np.shares_memory(g, a), "an output aliases an input"
+        return kernel
+
+    def opt_check(prog, data: list, want: list) -> None:
+        b = prog.bindings(data)
+        for k, (g, w) in enumerate(zip(tc.evaluate(tc.optimize(prog.outputs), b), want)):
+            assert_same(g, w, f"optimized output {k}")
+
+    @hypothesis_seed(seed0)
+    @given(programs(), st.integers(0, 2**31))
+    @settings(quiet, max_examples=max(1, _share(opts["programs"], jobs, job)))
+    def forward(prog, seed):
+        seen["n"] += 1
+        tally.distinct.add(hashlib.sha256(prog.text.encode()).hexdigest())
+        data = prog.arrays(seed)
+        want: list = []
+        kernel: list = []
+        tally.run("evaluator", prog, lambda: want.extend(
+            tc.evaluate(prog.outputs, prog.bindings(data))))
+        if len(want) != len(prog.outputs):
+            return
+        tally.run("jit == evaluator", prog, lambda: kernel.append(jit_check(prog, data, want)))
+        tally.run("optimize preserves", prog, lambda: opt_check(prog, data, want))
+        if prog.index_high and seen["n"] % opts["oob_every"] == 0:
+            tally.run("out-of-range gathers agree", prog, lambda: check_out_of_range(
+                prog, seed, kernel[0] if kernel else None))
+
+    @hypothesis_seed(seed0 + 1)
+    @given(programs(smooth=True, dtype="float64"), st.integers(0, 2**31))
+    @settings(quiet, max_examples=max(1, _share(opts["gradients"], jobs, job)))
+    def gradients(prog, seed):
+        tally.distinct_gradients.add(hashlib.sha256(prog.text.encode()).hexdigest())
+
+        def check() -> None:
+            check_gradient(prog.outputs[-1], prog.floats, prog.bindings(prog.arrays(seed)),
+                           seed=seed % 2**16, rtol=1e-5, atol=1e-8, optimize=bool(seed % 2))
+        tally.run("gradient == finite differences", prog, check)
+
+        def compiled() -> None:
+            grads = tc.gradient(prog.outputs[-1], prog.floats)
+            b = prog.bindings(prog.arrays(seed))
+            want = tc.evaluate(grads, b)
+            outs = list(grads)
+            lowered = tc.lower(outs, prog.inputs)
+            func, bounds = add_bounds_checks(lowered.func)
+            entry = compile_function(func, speed_level=opts["opt_level"],
+                                     schedule=schedule_of("llvm"))
+            kernel = Kernel(func, entry, inputs=prog.inputs, outputs=outs,
+                            hidden=lowered.constants, single=False, bounds=bounds)
+            for k, (g, w) in enumerate(zip(kernel(*prog.arrays(seed)), want)):
+                assert_same(g, w, f"gradient {k}")
+        tally.run("compiled gradient == evaluator", prog, compiled)
+
+    import tempfile
+
+    from tecomp.codegen.disk_cache import set_default_cache
+
+    # a persistent cache of its own: a rerun compiles again (and the user's cache is spared
+    # thousands of throw-away entries)
+    with tempfile.TemporaryDirectory(prefix="tecomp-soak-") as tmp:
+        old = set_default_cache(tmp)
+        try:
+            if _share(opts["programs"], jobs, job):
+                forward()
+            if _share(opts["gradients"], jobs, job):
+                gradients()
+        finally:
+            set_default_cache(old)
+    return tally
+
+
+def _soak_job(opts: dict, job: int, jobs: int) -> Tally:
+    return soak(opts, job, jobs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", type=int, default=10000)
     ap.add_argument("--gradients", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes; job j draws with hypothesis seed "
+                         "seed + 100003 j, so --seed and --jobs together fix the programs")
     ap.add_argument("--opt-level", type=int, default=1)
     ap.add_argument("--o3-every", type=int, default=25)
     ap.add_argument("--oob-every", type=int, default=4,
                     help="every n-th program with a gather is also run with an index out of "
-                         "range (tc.build, O3)")
+                         "range (its kernel from the JIT check)")
     ap.add_argument("--kernels", type=int, default=0,
                     help="only compile this many distinct kernels (tc.build, O3) and report "
                          "the resident set size")
@@ -187,83 +318,35 @@ def main() -> int:
         if args.cache_size:
             tc.config.kernel_cache_size = args.cache_size
         return compile_memory(args.kernels, args.calls)
-    warnings.simplefilter("ignore")
-    from gradcheck import check_gradient
-    from strategies import programs
-    from test_fuzz_programs import assert_same, check_jit, check_out_of_range
-
-    tally = Tally()
-    seen = {"n": 0}
-    quiet = settings(deadline=None, database=None, derandomize=False,
-                     suppress_health_check=list(HealthCheck))
-
-    def jit_check(prog, seed: int) -> None:
-        if seen["n"] % args.o3_every == 0:
-            check_jit(prog, seed)
-            return
-        data = prog.arrays(seed)
-        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in data]
-        want = tc.evaluate(prog.outputs, prog.bindings(data))
-        got = build_at(prog, args.opt_level)(*data)
-        for a, c in zip(data, copies):
-            if isinstance(a, np.ndarray):
-                np.testing.assert_array_equal(a, c, err_msg="the kernel wrote an input")
-        for k, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"output {k}")
-
-    def opt_check(prog, seed: int) -> None:
-        b = prog.bindings(prog.arrays(seed))
-        want = tc.evaluate(prog.outputs, b)
-        for k, (g, w) in enumerate(zip(tc.evaluate(tc.optimize(prog.outputs), b), want)):
-            assert_same(g, w, f"optimized output {k}")
-
-    @hypothesis_seed(args.seed)
-    @given(programs(), st.integers(0, 2**31))
-    @settings(quiet, max_examples=args.programs)
-    def forward(prog, seed):
-        seen["n"] += 1
-        tally.run("jit == evaluator", prog, lambda: jit_check(prog, seed))
-        tally.run("optimize preserves", prog, lambda: opt_check(prog, seed))
-        if prog.index_high and seen["n"] % args.oob_every == 0:
-            def oob() -> None:
-                if check_out_of_range(prog, seed) == "inlined":
-                    tally.counts["  of which inlined (known gap)"] = \
-                        tally.counts.get("  of which inlined (known gap)", 0) + 1
-            tally.run("out-of-range gathers agree", prog, oob)
-
-    @hypothesis_seed(args.seed + 1)
-    @given(programs(smooth=True, dtype="float64"), st.integers(0, 2**31))
-    @settings(quiet, max_examples=args.gradients)
-    def gradients(prog, seed):
-        def check() -> None:
-            check_gradient(prog.outputs[-1], prog.floats, prog.bindings(prog.arrays(seed)),
-                           seed=seed % 2**16, rtol=1e-5, atol=1e-8, optimize=bool(seed % 2))
-        tally.run("gradient == finite differences", prog, check)
-
-        def compiled() -> None:
-            grads = tc.gradient(prog.outputs[-1], prog.floats)
-            b = prog.bindings(prog.arrays(seed))
-            want = tc.evaluate(grads, b)
-            outs = list(grads)
-            lowered = tc.lower(outs, prog.inputs)
-            func, bounds = add_bounds_checks(lowered.func)
-            entry = compile_function(func, speed_level=args.opt_level,
-                                     schedule=schedule_of("llvm"))
-            kernel = Kernel(func, entry, inputs=prog.inputs, outputs=outs,
-                            hidden=lowered.constants, single=False, bounds=bounds)
-            for k, (g, w) in enumerate(zip(kernel(*prog.arrays(seed)), want)):
-                assert_same(g, w, f"gradient {k}")
-        tally.run("compiled gradient == evaluator", prog, compiled)
-
+    opts = {k: getattr(args, k) for k in ("programs", "gradients", "seed", "opt_level",
+                                          "o3_every", "oob_every")}
+    jobs = max(1, args.jobs)
     t0 = time.perf_counter()
-    if args.programs:
-        forward()
-    t1 = time.perf_counter()
-    if args.gradients:
-        gradients()
-    t2 = time.perf_counter()
-    print(f"soak (seed {args.seed}): forward {t1 - t0:.0f} s, gradients {t2 - t1:.0f} s "
-          f"(opt level {args.opt_level}, O3 via tc.build every {args.o3_every})")
+    if jobs == 1:
+        tallies = [soak(opts)]
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            tallies = pool.starmap(_soak_job, [(opts, j, jobs) for j in range(jobs)])
+    elapsed = time.perf_counter() - t0
+    tally = Tally()
+    for t in tallies:
+        for check, n in t.counts.items():
+            tally.counts[check] = tally.counts.get(check, 0) + n
+        for check, n in t.failed.items():
+            tally.failed[check] = tally.failed.get(check, 0) + n
+        for key, found in t.failures.items():
+            tally.failures.setdefault(key, found)
+        tally.distinct |= t.distinct
+        tally.distinct_gradients |= t.distinct_gradients
+    done = tally.counts.get("evaluator", 0) + tally.counts.get(
+        "gradient == finite differences", 0)
+    print(f"soak (seed {args.seed}, {jobs} job{'s' if jobs > 1 else ''}): {elapsed:.0f} s, "
+          f"{done / max(elapsed, 1e-9):.2f} programs/s (opt level {args.opt_level}, O3 via "
+          f"tc.build every {args.o3_every})")
+    print(f"  distinct programs (by text): {len(tally.distinct)} forward, "
+          f"{len(tally.distinct_gradients)} for gradients")
     for check, n in tally.counts.items():
         print(f"  {check:32s} {n:6d} run, {tally.failed.get(check, 0):4d} failed")
     for key, (text, tb) in tally.failures.items():

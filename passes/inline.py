@@ -2,9 +2,11 @@
 
 A compute stage ``P[axes] = body`` is *inlined* when every read ``P[idx]`` in the remaining
 stages is replaced by ``body`` with ``axes := idx`` (:func:`tecomp.functor.substitute`), so
-``P`` needs no buffer.  As in TVM's ``compute_inline`` / Halide's default inlining of pure
-functions, only element-wise stages are candidates, and only when inlining does not raise the
-cost:
+``P`` needs no buffer.  A read whose bounds check inlining would drop (a gather
+``P[idx[i]]``, an index that may leave ``P``; :mod:`.inline_bounds`) keeps ``P`` a buffer, so
+the kernel raises wherever the reference evaluator does.  As in TVM's ``compute_inline`` /
+Halide's default inlining of pure functions, only element-wise stages are candidates, and only
+when inlining does not raise the cost:
 
 * ``P`` is not an output and its body holds no ``Reduce`` (a reduction is never recomputed).
 * Size: (tree size of ``body``) x (number of read sites of ``P``) <= ``budget`` nodes, so a
@@ -40,6 +42,8 @@ from tecomp import expr as E
 from tecomp.cost import expr_flops
 from tecomp.functor import ExprMutator, children, op_exprs, substitute, walk
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+
+from .inline_bounds import reads_checked_in_place
 
 INLINE_BUDGET = 512
 
@@ -164,6 +168,8 @@ def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_
                 sites += n
         if sites and _tree_size(body, {}) * sites > budget:
             continue
+        if any(reads_checked_in_place(s, exprs[id(s)], p) for s in readers):
+            continue  # a gather or a read that may leave ``p``: the bounds pass decides it
         if sites and _has_select(body) and any(
                 _window_read(e, p, frozenset()) for s in readers for e in exprs[id(s)]):
             continue  # a padded window: one pass to pad beats a bounds test per term
