@@ -73,23 +73,8 @@ def normalize_inequalities(cons: Iterable[Affine]) -> list[Affine] | None:
     Returns ``None`` when a contradiction is found (a false constant or an opposite pair).
     Order of first appearance is kept.
     """
-    best: dict[frozenset[tuple[str, int]], Affine] = {}
-    for e in cons:
-        t = tighten(e)
-        if t is True:
-            continue
-        if t is False:
-            return None
-        key = frozenset(t.coeffs.items())
-        old = best.get(key)
-        if old is None or t.const < old.const:
-            best[key] = t
-    out = list(best.values())
-    for e in out:
-        opp = best.get(frozenset((k, -v) for k, v in e.coeffs.items()))
-        if opp is not None and e.const + opp.const < 0:
-            return None
-    return out
+    rows = _normalize_rows((e, frozenset()) for e in cons)
+    return None if rows is None else [e for e, _ in rows]
 
 
 def combine_pair(lower: Affine, upper: Affine, name: str) -> Affine:

@@ -43,20 +43,17 @@ from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, St
 from tecomp.stmt_functor import expr_children, expr_vars, rebuild_expr, subst_expr, walk_expr
 
 from .dot import match_dot
-from .microkernel import clamp_blocks, pack_panel, replace_expr, tile_shape
+from .microkernel import (
+    clamp_blocks,
+    fresh_var,
+    index_const,
+    pack_panel,
+    replace_expr,
+    tile_shape,
+)
 from .tile import const_extent, plus, split_end
 
 _BYTES = {"float32": 4, "float64": 8}
-
-
-def _var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
-    name = fresh_name(base, names)
-    names.add(name)
-    return E.Var(name, dtype)
-
-
-def _const(n: int) -> E.Const:
-    return E.Const(n, "int64")
 
 
 def _replace_loads(e: E.Expr, old: Buffer, new: E.Expr) -> E.Expr:
@@ -110,18 +107,19 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         return None
     mc, kc_, nc = clamp_blocks(sizes(host, itemsize, mr, nr, cores, iext), kext, jext, nr)
     trial = set(names)
-    ic, kc, jc = (_var(f"{v.name}c", trial) for v in (i, k, j))
-    i0, j0, jj = _var(f"{i.name}0", trial), _var(f"{j.name}0", trial), _var("jj", trial)
+    ic, kc, jc = (fresh_var(f"{v.name}c", trial) for v in (i, k, j))
+    i0, j0 = fresh_var(f"{i.name}0", trial), fresh_var(f"{j.name}0", trial)
+    jj = fresh_var("jj", trial)
 
     def upto(v: E.Var, n: int, hi: E.Expr) -> E.Expr:
-        return E.minimum(E.add(v, _const(n)), hi)
+        return E.minimum(E.add(v, index_const(n)), hi)
 
     ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, col.hi)
     panel = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
-                   (_const(nc // nr), _const(kc_), _const(nr)), x.dtype, "temp")
+                   (index_const(nc // nr), index_const(kc_), index_const(nr)), x.dtype, "temp")
     trial.add(panel.name)
     first = E.compare(E.EQ, kc, kloop.lo)
-    last = E.compare(E.GE, E.add(kc, _const(kc_)), kloop.hi)
+    last = E.compare(E.GE, E.add(kc, index_const(kc_)), kloop.hi)
     iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
 
     def value(col_e: E.Expr, strip: E.Expr, lane: E.Expr) -> E.Expr:
@@ -129,16 +127,16 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         return subst_expr(v, {j: col_e})
 
     def tile(rows: int) -> tuple[Stmt, list[For]]:
-        t = Buffer(fresh_name("acc", trial), (_const(rows), _const(nr)), dt, "local")
+        t = Buffer(fresh_name("acc", trial), (index_const(rows), index_const(nr)), dt, "local")
         trial.add(t.name)
         zero, load, add, done, keep = [], [], [], [], []
-        v = value(E.add(j0, jj), E.floordiv(E.sub(j0, jc), _const(nr)), jj)
+        v = value(E.add(j0, jj), E.floordiv(E.sub(j0, jc), index_const(nr)), jj)
         for r in range(rows):
             for h in range(0, nr, width):
                 lane = plus(jj, h)
                 sub = {i: plus(i0, r), jj: lane}
                 dst = tuple(subst_expr(e, sub | {j: E.add(j0, lane)}) for e in fin.indices)
-                here = (_const(r), lane)
+                here = (index_const(r), lane)
                 cur = BufferLoad(t, here, dt)
                 zero.append(Store(t, here, E.Const(0.0, dt)))
                 load.append(Store(t, here, BufferLoad(fin.buffer, dst, dt)))
@@ -146,14 +144,14 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 epi = subst_expr(fin.value, {i: plus(i0, r), j: E.add(j0, lane)})
                 done.append(Store(fin.buffer, dst, _replace_loads(epi, acc, cur)))
                 keep.append(Store(fin.buffer, dst, cur))
-        loops = [For(jj, _const(0), _const(width), Seq(tuple(s)), kind="lanes")
+        loops = [For(jj, index_const(0), index_const(width), Seq(tuple(s)), kind="lanes")
                  for s in (zero, load, add, done, keep)]
         body = Seq((IfThenElse(first, loops[0], loops[1]), For(k, kc, khi, loops[2]),
                     IfThenElse(last, loops[3], loops[4])))
         return Allocate(t, body), loops
 
     def scalar_columns(rows: int) -> Stmt:
-        v = value(j, E.floordiv(E.sub(jend, jc), _const(nr)), E.sub(j, jend))
+        v = value(j, E.floordiv(E.sub(jend, jc), index_const(nr)), E.sub(j, jend))
         items = []
         for r in range(rows):
             s = Buffer(fresh_name("acc", trial), (), dt, "local")

@@ -72,13 +72,15 @@ def clamp_blocks(blocks: tuple[int, int, int], kext: int | None, jext: int | Non
     return mc, kc, nc
 
 
-def _var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
+def fresh_var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
+    """A new variable named after ``base``, its name added to ``names``."""
     name = fresh_name(base, names)
     names.add(name)
     return E.Var(name, dtype)
 
 
-def _const(n: int) -> E.Const:
+def index_const(n: int) -> E.Const:
+    """The int64 constant ``n``."""
     return E.Const(n, "int64")
 
 
@@ -86,12 +88,12 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
                jc: E.Var, jhi: E.Expr, nr: int, names: set[str]) -> Stmt:
     """Copy the read ``x`` (of ``k`` and ``j``) over the block into ``buf`` in micro-panel
     order: strip ``jb`` holds columns ``jc + jb*nr ...``, row ``k - kc``, unit stride."""
-    jb, jj = _var("jb", names), _var("jj", names)
-    col = E.add(jc, E.add(E.mul(jb, _const(nr)), jj))
-    strips = E.floordiv(E.add(E.sub(jhi, jc), _const(nr - 1)), _const(nr))
-    width = E.minimum(_const(nr), E.sub(E.sub(jhi, jc), E.mul(jb, _const(nr))))
+    jb, jj = fresh_var("jb", names), fresh_var("jj", names)
+    col = E.add(jc, E.add(E.mul(jb, index_const(nr)), jj))
+    strips = E.floordiv(E.add(E.sub(jhi, jc), index_const(nr - 1)), index_const(nr))
+    width = E.minimum(index_const(nr), E.sub(E.sub(jhi, jc), E.mul(jb, index_const(nr))))
     copy = Store(buf, (jb, E.sub(k, kc), jj), subst_expr(x, {j: col}))
-    return For(jb, _const(0), strips, For(k, kc, khi, For(jj, _const(0), width, copy)))
+    return For(jb, index_const(0), strips, For(k, kc, khi, For(jj, index_const(0), width, copy)))
 
 
 def replace_expr(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
@@ -113,7 +115,8 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
     update is not a lane loop the backend emits as vectors.  ``st`` is the update
     ``C[.., i, .., j] += v(i, k, j)``; ``width`` the lanes of one vector register (``nr``
     a multiple of it); ``panels`` the packed reads and their buffers."""
-    i0, j0, jj = _var(f"{i.name}0", names), _var(f"{j.name}0", names), _var("jj", names)
+    i0, j0 = fresh_var(f"{i.name}0", names), fresh_var(f"{j.name}0", names)
+    jj = fresh_var("jj", names)
     dt = st.buffer.dtype
     iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
 
@@ -124,13 +127,13 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
             v = replace_expr(v, x, BufferLoad(buf, (strip, E.sub(k, kc), lane), x.dtype))
         return subst_expr(v, {j: col})
 
-    tile_value = value_at(E.add(j0, jj), E.floordiv(E.sub(j0, jc), _const(nr)), jj)
+    tile_value = value_at(E.add(j0, jj), E.floordiv(E.sub(j0, jc), index_const(nr)), jj)
 
     def lanes(items: list[Stmt]) -> For:
-        return For(jj, _const(0), _const(width), Seq(tuple(items)), kind="lanes")
+        return For(jj, index_const(0), index_const(width), Seq(tuple(items)), kind="lanes")
 
     def tile(rows: int) -> tuple[Stmt, For, For]:
-        acc = Buffer(fresh_name("acc", names), (_const(rows), _const(nr)), dt, "local")
+        acc = Buffer(fresh_name("acc", names), (index_const(rows), index_const(nr)), dt, "local")
         names.add(acc.name)
         loads, updates, stores = [], [], []
         for r in range(rows):
@@ -138,7 +141,7 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                 lane = plus(jj, h)
                 row = {i: plus(i0, r), jj: lane}
                 dst = tuple(subst_expr(e, row | {j: E.add(j0, lane)}) for e in st.indices)
-                here = (_const(r), lane)
+                here = (index_const(r), lane)
                 loads.append(Store(acc, here, BufferLoad(st.buffer, dst, dt)))
                 updates.append(Store(acc, here, E.add(BufferLoad(acc, here, dt),
                                                       subst_expr(tile_value, row))))
@@ -149,7 +152,7 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
 
     def columns_past_tiles(rows: int) -> Stmt:
         # j in [jend, jhi): the panel's strip (jend - jc) // nr, lane j - jend; affine in j
-        v = value_at(j, E.floordiv(E.sub(jend, jc), _const(nr)), E.sub(j, jend))
+        v = value_at(j, E.floordiv(E.sub(jend, jc), index_const(nr)), E.sub(j, jend))
         return For(k, kc, khi, For(j, jend, jhi, Seq(tuple(
             replace(st, indices=tuple(subst_expr(e, {i: plus(i0, r)}) for e in st.indices),
                     value=subst_expr(v, {i: plus(i0, r)}))
