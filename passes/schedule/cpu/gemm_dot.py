@@ -40,7 +40,7 @@ from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
-from tecomp.stmt_functor import expr_children, expr_vars, rebuild_expr, subst_expr, walk_expr
+from tecomp.stmt_functor import expr_vars, subst_expr, walk_expr
 
 from .dot import match_dot
 from .microkernel import (
@@ -54,16 +54,6 @@ from .microkernel import (
 from .tile import const_extent, plus, split_end
 
 _BYTES = {"float32": 4, "float64": 8}
-
-
-def _replace_loads(e: E.Expr, old: Buffer, new: E.Expr) -> E.Expr:
-    if isinstance(e, BufferLoad) and e.buffer == old:
-        return new
-    kids = expr_children(e)
-    if not kids:
-        return e
-    got = tuple(_replace_loads(x, old, new) for x in kids)
-    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
 
 
 def _panel_read(upd: Store, i: E.Var, j: E.Var, k: E.Var) -> BufferLoad | None:
@@ -86,6 +76,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
             or not isinstance(init.value, E.Const) or init.value.value != 0):
         return None
     kloop = ks[0]
+    old_acc = BufferLoad(acc, (), acc.dtype)  # the plain nest's accumulator, in f
     i, j, k = loop.var, col.var, kloop.var
     if not fin.indices or fin.indices[-1] != j or i not in fin.indices[:-1]:
         return None
@@ -142,7 +133,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 load.append(Store(t, here, BufferLoad(fin.buffer, dst, dt)))
                 add.append(Store(t, here, E.add(cur, subst_expr(v, sub))))
                 epi = subst_expr(fin.value, {i: plus(i0, r), j: E.add(j0, lane)})
-                done.append(Store(fin.buffer, dst, _replace_loads(epi, acc, cur)))
+                done.append(Store(fin.buffer, dst, replace_expr(epi, old_acc, cur)))
                 keep.append(Store(fin.buffer, dst, cur))
         loops = [For(jj, index_const(0), index_const(width), Seq(tuple(s)), kind="lanes")
                  for s in (zero, load, add, done, keep)]
@@ -164,7 +155,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                            Store(s, (), BufferLoad(fin.buffer, dst, dt))),
                 For(k, kc, khi, Store(s, (), E.add(cur, subst_expr(v, sub)))),
                 IfThenElse(last, Store(fin.buffer, dst,
-                                       _replace_loads(subst_expr(fin.value, sub), acc, cur)),
+                                       replace_expr(subst_expr(fin.value, sub), old_acc, cur)),
                            Store(fin.buffer, dst, cur))))))
         return For(j, jend, jhi, Seq(tuple(items)))
 
