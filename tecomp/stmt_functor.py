@@ -95,6 +95,17 @@ def rebuild_expr(e: E.Expr, new: tuple[E.Expr, ...]) -> E.Expr:
     return rebuild(e, *new)
 
 
+def replace_expr(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
+    """``e`` with every occurrence of the sub-expression ``old`` replaced by ``new``."""
+    if e == old:
+        return new
+    kids = expr_children(e)
+    if not kids:
+        return e
+    got = tuple(replace_expr(x, old, new) for x in kids)
+    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
+
+
 def subst_expr(e: E.Expr, mapping: Mapping[E.Var, E.Expr], memo: dict | None = None) -> E.Expr:
     """Substitute variables in a loop-IR expression (loads included); shared nodes once."""
     memo = {} if memo is None else memo

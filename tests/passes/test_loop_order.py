@@ -261,3 +261,47 @@ def test_sums_without_a_better_order_are_left_as_lowered():
     for out in (C, D):
         func, _ = lower_program([out], [A, B])
         assert order_sums(func) is func
+
+
+def test_sum_inside_an_epilogue_is_reordered_with_the_epilogue_after_it(rng):
+    """``C = 0.5 * sum_k A[i, k] B[k, j] + b[j]`` (a scaled gradient, a biased layer) takes
+    the "i, k, j" order too: the bare totals accumulate in ``C``'s row, then a nest of its own
+    applies the epilogue to each element once.  A triangular sum (``k <= i``, the causal
+    attention gradient's) is reordered the same way."""
+    A = tc.placeholder((6, 5), name="A")
+    B = tc.placeholder((5, 7), name="B")
+    b = tc.placeholder((7,), name="b")
+    k = tc.reduce_axis(5, name="k")
+    C = tc.compute((6, 7), lambda i, j: 0.5 * tc.sum(A[i, k] * B[k, j], axis=k) + b[j],
+                   name="C")
+    t = tc.reduce_axis((0, 5), name="t")
+    T = tc.compute((5, 7), lambda i, j: tc.exp(tc.sum(A[i, t] * B[t, j], axis=t,
+                                                      where=t <= i)), name="T")
+    for out, loops in ((C, ["i", "j", "k", "j", "i", "j"]), (T, None)):
+        plain, _ = lower_program([out], [A, B, b])
+        ordered = order_sums(plain)
+        assert ordered is not plain
+        assert not any(isinstance(s, Allocate) for s in walk_stmt(ordered.body))
+        if loops:
+            assert [s.var.name for s in walk_stmt(ordered.body) if isinstance(s, For)] == loops
+        assert order_sums(ordered) is ordered
+        arrays = [rng.standard_normal(x.shape).astype(np.float32) for x in (A, B, b)]
+        want = tc.evaluate([out], dict(zip([A, B, b], arrays)))[0]
+        for func in (plain, ordered):
+            np.testing.assert_allclose(run(func, arrays)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_epilogue_may_read_the_total_twice(rng):
+    """``C = s * s`` of one sum ``s``: the epilogue reads the reordered total twice, from the
+    element of ``C`` it then overwrites."""
+    A = tc.placeholder((6, 5), name="A")
+    B = tc.placeholder((5, 7), name="B")
+    k = tc.reduce_axis(5, name="k")
+    D = tc.compute((6, 7), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k)
+                   * tc.sum(A[i, k] * B[k, j], axis=k), name="D")
+    func, _ = lower_program([D], [A, B])
+    ordered = order_sums(func)
+    assert ordered is not func
+    arrays = [rng.standard_normal(x.shape).astype(np.float32) for x in (A, B)]
+    want = tc.evaluate([D], dict(zip([A, B], arrays)))[0]
+    np.testing.assert_allclose(run(ordered, arrays)[0], want, rtol=1e-5, atol=1e-5)

@@ -62,11 +62,12 @@ from tecomp.stmt_functor import (
     bound_names,
     expr_vars,
     map_loops,
+    replace_expr,
     walk_expr,
 )
 
 from .gemm_dot import dot_blocked
-from .microkernel import clamp_blocks, micro_tiles, pack_panel, replace_expr, tile_shape
+from .microkernel import clamp_blocks, micro_tiles, pack_panel, tile_shape
 from .tile import const_extent, match_row_loop, seq, unroll_rows
 
 #: bytes of an element, by dtype (others: 4)

@@ -40,7 +40,7 @@ from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
-from tecomp.stmt_functor import expr_vars, subst_expr, walk_expr
+from tecomp.stmt_functor import expr_vars, replace_expr, subst_expr, walk_expr
 
 from .dot import match_dot
 from .microkernel import (
@@ -48,7 +48,6 @@ from .microkernel import (
     fresh_var,
     index_const,
     pack_panel,
-    replace_expr,
     tile_shape,
 )
 from .tile import const_extent, plus, split_end

@@ -43,7 +43,7 @@ from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, Seq, Stmt, Store
-from tecomp.stmt_functor import expr_children, rebuild_expr, subst_expr
+from tecomp.stmt_functor import replace_expr, subst_expr
 
 from .tile import plus, split_end
 
@@ -94,17 +94,6 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     width = E.minimum(index_const(nr), E.sub(E.sub(jhi, jc), E.mul(jb, index_const(nr))))
     copy = Store(buf, (jb, E.sub(k, kc), jj), subst_expr(x, {j: col}))
     return For(jb, index_const(0), strips, For(k, kc, khi, For(jj, index_const(0), width, copy)))
-
-
-def replace_expr(e: E.Expr, old: E.Expr, new: E.Expr) -> E.Expr:
-    """``e`` with every occurrence of the sub-expression ``old`` replaced by ``new``."""
-    if e == old:
-        return new
-    kids = expr_children(e)
-    if not kids:
-        return e
-    got = tuple(replace_expr(x, old, new) for x in kids)
-    return e if all(a is b for a, b in zip(got, kids)) else rebuild_expr(e, got)
 
 
 def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,

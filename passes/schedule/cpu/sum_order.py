@@ -64,6 +64,7 @@ from tecomp.stmt_functor import (
     bound_names,
     expr_children,
     rebuild_expr,
+    replace_expr,
     walk_expr,
     walk_stmt,
 )
@@ -103,7 +104,7 @@ class _Order(StmtMutator):
         nest = _plain_sum(s)
         if nest is None:
             return None
-        loops, acc, red, buf = nest
+        loops, acc, red, buf, post = nest
         axes = tuple(E.IterVar(x.var, x.lo, _extent(x), "data") for x in loops)
         raxes = tuple(E.IterVar(x.var, x.lo, _extent(x), "reduce") for x in red.loops)
         where = None if red.cond is None else self.raise_expr(red.cond)
@@ -121,8 +122,10 @@ class _Order(StmtMutator):
         if stmt is None:
             stmt = reorder_sum(axes, body, buf, conv, ctx.params, parallel=False)
         if stmt is not None:
-            return _with_kinds(stmt, [x.kind for x in loops[:-1]])
-        if body is plain:
+            stmt = _with_kinds(stmt, [x.kind for x in loops[:-1]])
+            return stmt if post is None or stmt is None else Seq((stmt, _epilogue(loops, acc,
+                                                                                   buf, post)))
+        if body is plain or post is not None:
             return None
         ctx.taken.discard(acc.name)  # the accumulator of the plain nest is lowered again
         stmt = lower_stage(ctx, buf.name, axes, body, buf, parallel=False)
@@ -153,9 +156,12 @@ class _Reduction:
         self.loops, self.combiner, self.value, self.cond = loops, combiner, value, cond
 
 
-def _plain_sum(s: For) -> tuple[list[For], Buffer, _Reduction, Buffer] | None:
-    """``(data loops, accumulator, reduction, stage buffer)`` when ``s`` is the plain nest of
-    a stage whose body is one reduction (module docstring), else None."""
+def _plain_sum(s: For) -> tuple[list[For], Buffer, _Reduction, Buffer, E.Expr | None] | None:
+    """``(data loops, accumulator, reduction, stage buffer, epilogue)`` when ``s`` is the
+    plain nest of a stage whose body is one reduction, possibly inside an element-wise
+    epilogue (module docstring), else None.  The epilogue is the stored value when it is not
+    the bare accumulator (None then): an expression of the accumulator that reads no other
+    local and not the stage's own buffer."""
     loops: list[For] = []
     x: Stmt = s
     while isinstance(x, For):
@@ -176,17 +182,35 @@ def _plain_sum(s: For) -> tuple[list[For], Buffer, _Reduction, Buffer] | None:
             or init.value != identity(red.combiner, acc.dtype)):
         return None
     buf = out.buffer
-    if (out.reduce is not None or out.value != BufferLoad(acc, (), acc.dtype)
-            or buf.dtype != acc.dtype or buf.scope == "local"
+    total = BufferLoad(acc, (), acc.dtype)
+    if (out.reduce is not None or buf.dtype != acc.dtype or buf.scope == "local"
             or out.indices != tuple(lp.var for lp in loops)):
         return None
+    post = None if out.value == total else out.value
+    if post is not None:
+        loads = [n for n in walk_expr(post) if isinstance(n, BufferLoad)]
+        if (total not in loads
+                or any(n.buffer == buf or n.buffer.scope == "local" and n != total
+                       for n in loads)):
+            return None
     exprs = [red.value] + ([] if red.cond is None else [red.cond])
     exprs += [e for lp in red.loops for e in (lp.lo, lp.hi)]
     for e in exprs:  # a nested reduction (a local) or the stage's own buffer: not a plain sum
         if any(isinstance(n, BufferLoad) and (n.buffer.scope == "local" or n.buffer == buf)
                for n in walk_expr(e)):
             return None
-    return loops, acc, red, buf
+    return loops, acc, red, buf, post
+
+
+def _epilogue(loops: list[For], acc: Buffer, buf: Buffer, post: E.Expr) -> Stmt:
+    """The stage's epilogue as a nest of its own, run after the reordered sum has left the
+    bare totals in ``buf``: ``buf[i..] = post`` with the accumulator read from ``buf``."""
+    idx = tuple(lp.var for lp in loops)
+    here = BufferLoad(buf, idx, buf.dtype)
+    stmt: Stmt = Store(buf, idx, replace_expr(post, BufferLoad(acc, (), acc.dtype), here))
+    for lp in reversed(loops):
+        stmt = replace(lp, body=stmt)
+    return stmt
 
 
 def _reduction(s: Stmt, acc: Buffer) -> _Reduction | None:
