@@ -62,7 +62,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     """The CPU schedule of a lowered program: the CPU loop order of reductions
     (:func:`.sum_order.order_sums`), then with ``strided``, unit-stride reads for the
     innermost loops (:func:`.strided.unit_stride`: exact divisions folded, strided reads from a
-    polyphase copy), then with ``gemm``, cache blocking of large "i, k,
+    polyphase copy), then with ``gemm``, triangular sums cut into rectangles per block of
+    rows (:func:`.triangle.split_triangles`, with ``pack``), cache blocking of large "i, k,
     j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
     to contiguous memory and register tiles), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
@@ -87,12 +88,15 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .strided import unit_stride
     from .sum_order import order_sums
     from .tile import block_rows
+    from .triangle import split_triangles
 
     func = order_sums(func)
     host = describe() if host is None else host
     if strided:
         func = unit_stride(func, host)
     if gemm:
+        if pack:
+            func = split_triangles(func, host)
         func = block_caches(func, host, threads=threads, pack=pack)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
