@@ -18,7 +18,8 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   overflow become inf and results in the subnormal range are rounded once.  ``x`` is clamped
   to at most 89 (float) or 710 (double), beyond the overflow threshold, and below -104
   (-746), past the underflow threshold, the result is 0 (computed from ``x = 0`` and
-  replaced, so that no subnormal is made), which keeps ``n`` an integer of a few bits.  NaN gives NaN.
+  replaced, so that no subnormal is made), which keeps ``n`` an integer of a few bits.
+  NaN gives NaN.
 * ``log(x)``: subnormal inputs are scaled by 2^24 (2^54); ``x = 2^k * m`` with ``m`` in
   [sqrt(1/2), sqrt(2)) taken from the bits (adding ``1 - sqrt(1/2)``'s bit pattern moves the
   exponent boundary to sqrt(1/2)); ``f = m - 1``, ``s = f / (2 + f)``, and fdlibm's

@@ -11,12 +11,12 @@ of the level-3 BLAS", ACM TOMS 35(1), 2008): the rows are cut into blocks of ``B
 block ``[ib, ib + B)``, the reduction range into the part every row of the block has and the
 part only some have::
 
-    for (i, ilo, ihi) {                      for (ib, ilo, ihi, step B) {
-      C[i, :] = 0                              for (i, ib, min(ib + B, ihi)) {
-      for (k, klo, i + c) {          ==>         C[i, :] = 0
-        for (j) C[i, j] += v } }                 for (k, klo, max(klo, ib + c)) { for (j) C[i, j] += v } }
-                                               for (i, ib, min(ib + B, ihi)) {
-                                                 for (k, max(klo, ib + c), i + c) { for (j) C[i, j] += v } } }
+    for (i, ilo, ihi) {                   for (ib, ilo, ihi, step B) {
+      C[i, :] = 0                           for (i, ib, min(ib + B, ihi)) {
+      for (k, klo, i + c) {       ==>         C[i, :] = 0
+        for (j) C[i, j] += v } }              for (k, klo, max(klo, ib + c)) { C[i, :] += v } }
+                                            for (i, ib, min(ib + B, ihi)) {
+                                              for (k, max(klo, ib + c), i + c) { C[i, :] += v } } }
 
 The first nest of each block is a rectangular "i, k, j" sum (its bounds use ``ib``, not
 ``i``) that :mod:`.gemm` computes in register tiles; the second, ``B / 2`` steps of ``k`` per
@@ -27,9 +27,10 @@ row on average, keeps the plain row loop.  A lower bound that moves with the row
 packed panel serves ``B`` rows.
 
 Legality.  Every row still receives each of its terms exactly once: for an upper bound
-``h(i)`` nondecreasing in ``i``, ``h(ib) <= h(i)`` on the block, so ``[klo, max(klo, h(ib)))`` and ``[max(klo, h(ib)), h(i))``
-partition ``[klo, h(i))`` (``h`` is any expression built from ``i`` by adding terms free of
-``i`` and taking ``min``/``max`` with them or with other such expressions); likewise for a nondecreasing lower bound with the block's last row.
+``h(i)`` nondecreasing in ``i``, ``h(ib) <= h(i)`` on the block, so ``[klo, max(klo,
+h(ib)))`` and ``[max(klo, h(ib)), h(i))`` partition ``[klo, h(i))`` (``h`` is any expression
+built from ``i`` by adding terms free of ``i`` and taking ``min``/``max`` with them or with
+other such expressions); likewise for a nondecreasing lower bound with the block's last row.
 The zero fill runs before any term of its row, in the rectangle's nest.  Upper bounds keep
 the order of each row's additions; for moving lower bounds the triangle's terms (the lowest
 ``k``) are added after the rectangle's, a different rounding of the same float sum.  Blocks
