@@ -20,7 +20,7 @@ runs as the serial loop it also is.
 from __future__ import annotations
 
 from . import expr as E
-from .loopir import BufferLoad, For, Seq, Store
+from .loopir import Buffer, BufferLoad, For, Seq, Store
 from .stmt_functor import expr_vars as free_vars
 
 __all__ = ["OPS", "lane_count", "lane_index", "vector_form"]
@@ -58,7 +58,14 @@ def _coefficient(e: E.Expr, v: E.Var) -> int | None:
     return None
 
 
-def _contiguous(indices: tuple[E.Expr, ...], v: E.Var) -> bool:
+def _contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var) -> bool:
+    """Whether consecutive ``v`` address consecutive elements: the last index, after any
+    trailing zeros into dimensions of extent 1 (``W[o, c, 0, 0]``), moves by one, the
+    others not at all."""
+    while (len(indices) > 1 and isinstance(indices[-1], E.Const) and indices[-1].value == 0
+           and isinstance(buf.shape[len(indices) - 1], E.Const)
+           and buf.shape[len(indices) - 1].value == 1):
+        indices = indices[:-1]
     return bool(indices) and _coefficient(indices[-1], v) == 1 and all(
         _coefficient(x, v) == 0 for x in indices[:-1])
 
@@ -69,7 +76,7 @@ def _vectorisable(e: E.Expr, v: E.Var, dtype: str) -> bool:
     if e.dtype != dtype:
         return False
     if isinstance(e, BufferLoad):
-        return e.buffer.dtype == dtype and _contiguous(e.indices, v)
+        return e.buffer.dtype == dtype and _contiguous(e.buffer, e.indices, v)
     if type(e) in OPS or isinstance(e, (E.Max, E.Min)):
         return _vectorisable(e.a, v, dtype) and _vectorisable(e.b, v, dtype)
     if isinstance(e, E.Neg):
@@ -118,7 +125,7 @@ def vector_form(s: For) -> tuple[int, list[Store]] | None:
         dt = st.buffer.dtype
         if dt not in _FLOAT or st.reduce not in (None, "sum"):
             return None
-        if not _contiguous(st.indices, s.var) or not _vectorisable(st.value, s.var, dt):
+        if not _contiguous(st.buffer, st.indices, s.var) or not _vectorisable(st.value, s.var, dt):
             return None
     return n, stores
 

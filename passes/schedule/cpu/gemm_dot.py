@@ -29,8 +29,10 @@ tiles, one element at a time (the same first/last-slice logic) for the columns p
 
 Legality: every element receives its own terms in increasing ``k`` as one chain of
 additions starting from 0, then ``f`` once, as in the plain nest; distinct tiles write
-distinct elements.  Only sums with a zero start, one reduction loop and one output element
-per ``(i, j)`` are taken; the rest stays with :mod:`.dot`.
+distinct elements.  Only sums with a zero start and one output element per ``(i, j)`` are
+taken, the rest stays with :mod:`.dot`; a nest of reduction loops with constant bounds (a
+weight gradient's ``(n, y, x)``) is read as one loop over its box
+(:func:`.flat_loops.linear_nest`, the same terms in the same order).
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
-from tecomp.stmt_functor import expr_vars, replace_expr, subst_expr, walk_expr
+from tecomp.stmt_functor import expr_vars, replace_expr, subst, subst_expr, walk_expr
 
 from .dot import match_dot
+from .flat_loops import linear_nest
 from .microkernel import (
     clamp_blocks,
     fresh_var,
@@ -63,6 +66,15 @@ def _panel_read(upd: Store, i: E.Var, j: E.Var, k: E.Var) -> BufferLoad | None:
     return found[0] if len(found) == 1 else None
 
 
+def _leading(st: Store) -> tuple[E.Expr, ...]:
+    """``st``'s indices without the trailing zeros into dimensions of extent 1 (a 1x1
+    kernel's ``[o, c, 0, 0]``): the last one left has the unit stride."""
+    idx = st.indices
+    while idx and idx[-1] == index_const(0) and st.buffer.shape[len(idx) - 1] == index_const(1):
+        idx = idx[:-1]
+    return idx
+
+
 def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 max_full: int = 8) -> Stmt | None:
     """The nest of the module doc for the plain-order reduction ``loop``, or None."""
@@ -71,15 +83,22 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         return None
     col, acc, init, ks, upd, fin = m
     dt = fin.buffer.dtype
-    if (len(ks) != 1 or upd.reduce != "sum" or dt not in _BYTES or acc.dtype != dt
+    if (upd.reduce != "sum" or dt not in _BYTES or acc.dtype != dt
             or not isinstance(init.value, E.Const) or init.value.value != 0):
         return None
     kloop = ks[0]
+    if len(ks) > 1:  # a weight gradient's (n, y, x): one loop over the box
+        flat = linear_nest(ks, names)
+        if flat is None:
+            return None
+        kloop, digits = flat
+        upd = subst(upd, digits)
     old_acc = BufferLoad(acc, (), acc.dtype)  # the plain nest's accumulator, in f
     i, j, k = loop.var, col.var, kloop.var
-    if not fin.indices or fin.indices[-1] != j or i not in fin.indices[:-1]:
+    lead = _leading(fin)
+    if not lead or lead[-1] != j or i not in lead[:-1]:
         return None
-    if any(j in expr_vars(e) or (i in expr_vars(e) and e != i) for e in fin.indices[:-1]):
+    if any(j in expr_vars(e) or (i in expr_vars(e) and e != i) for e in lead[:-1]):
         return None
     if (expr_vars(col.lo) | expr_vars(col.hi)) & {i} or (
             expr_vars(kloop.lo) | expr_vars(kloop.hi)) & {i, j}:

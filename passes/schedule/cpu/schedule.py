@@ -59,7 +59,8 @@ from tecomp.stmt_functor import bound_names
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
                  host: Host | None = None, gemm: bool = True,
                  pack: bool = True, strided: bool = True) -> LoweredFunc:
-    """The CPU schedule of a lowered program: the CPU loop order of reductions
+    """The CPU schedule of a lowered program: loops of one iteration dropped
+    (:func:`.flat_loops.drop_unit_loops`), the CPU loop order of reductions
     (:func:`.sum_order.order_sums`), then with ``strided``, unit-stride reads for the
     innermost loops (:func:`.strided.unit_stride`: exact divisions folded, strided reads from a
     polyphase copy), then with ``gemm``, triangular sums cut into rectangles per block of
@@ -81,6 +82,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
     from .dot import block_dots
+    from .flat_loops import drop_unit_loops
     from .fuse_loops import fuse_row_loops
     from .gemm import block_caches
     from .mod import split_mod_loops
@@ -90,7 +92,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .tile import block_rows
     from .triangle import split_triangles
 
-    func = order_sums(func)
+    func = order_sums(drop_unit_loops(func))
     host = describe() if host is None else host
     if strided:
         func = unit_stride(func, host)

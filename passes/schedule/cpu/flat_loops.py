@@ -1,0 +1,69 @@
+"""Loop nests in the one-loop forms the register tiles take: unit loops dropped, reduction
+nests linearised.
+
+The register tiles of :mod:`.microkernel` and :mod:`.gemm_dot` run one reduction loop ``k``
+over a packed panel.  A convolution's sums reduce over a nest (channels, kernel rows and
+columns: ``(c, ry, rx)``; a weight gradient over batch and image: ``(n, y, x)``), and a 1x1
+convolution's weight gradient keeps data loops of one iteration (``ky``, ``kx``).
+
+* :func:`drop_unit_loops` replaces every serial loop of exactly one iteration by its
+  variable's value.
+* :func:`linear_nest` reads a nest of reduction loops with constant bounds as one loop ``k``
+  over the product of their extents, each variable recovered by the mixed-radix digits of
+  ``k``: ``c = k // 9``, ``ry = k // 3 % 3``, ``rx = k % 3`` (lexicographic order, so the
+  terms are added in the order of the nest).
+
+Legality: a one-iteration loop runs its body once with its lower bound; the digits are a
+bijection from ``[0, prod e)`` onto the nest's box that enumerates it in the nest's order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.loopir import For, LoweredFunc, Stmt
+from tecomp.stmt_functor import StmtMutator, expr_vars, subst
+
+from .microkernel import fresh_var, index_const
+from .tile import const_extent
+
+
+def drop_unit_loops(func: LoweredFunc) -> LoweredFunc:
+    """``func`` with every serial one-iteration loop (constant bounds, step 1) replaced by
+    its body at the loop's lower bound (a parallel one stays: :func:`.schedule.fuse_parallel`
+    collapses it with the loops inside)."""
+    body = _Unit().visit(func.body)
+    return func if body is func.body else replace(func, body=body)
+
+
+class _Unit(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        body = self.visit(s.body)
+        if s.step == 1 and s.kind == "serial" and const_extent(s.lo, s.hi) == 1:
+            return subst(body, {s.var: s.lo})
+        return s if body is s.body else replace(s, body=body)
+
+
+def linear_nest(ks: list[For], names: set[str]) -> tuple[For, dict[E.Var, E.Expr]] | None:
+    """``(k, digits)``: one loop ``k`` over the box of the perfect nest ``ks`` (its body the
+    innermost loop's, with the digits substituted) and the value of each nest variable in
+    terms of ``k``; None unless every loop has constant bounds and at least one
+    iteration."""
+    extents = [const_extent(x.lo, x.hi) for x in ks]
+    if any(e is None or e < 1 for e in extents) or any(
+            expr_vars(x.lo) or expr_vars(x.hi) for x in ks):
+        return None
+    k = fresh_var(f"{ks[0].var.name}_flat", names)
+    total, digits, stride = 1, {}, 1
+    for x, e in zip(reversed(ks), reversed(extents)):
+        q = k if stride == 1 else E.floordiv(k, index_const(stride))
+        d = q if x is ks[0] else E.mod(q, index_const(e))
+        digits[x.var] = E.add(x.lo, d) if not _zero(x.lo) else d
+        stride *= e
+        total *= e
+    return For(k, index_const(0), index_const(total), subst(ks[-1].body, digits)), digits
+
+
+def _zero(e: E.Expr) -> bool:
+    return isinstance(e, E.Const) and e.value == 0
