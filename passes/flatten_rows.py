@@ -77,8 +77,11 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: in
     x = t.op.axes[-1].var
     reads = _reads(body.body)
     staged = [r for r in reads if any((coefficient(i, x) or 0) > 1 for i in r.indices)]
-    if not staged:
-        return None
+    inline = not staged  # a stride-1 sum over short rows: the columns are read in place
+    if inline:
+        staged = [r for r in reads if x in _uses(r)]
+        if not staged or t.dtype not in ("float32", "float64") or len(reads) < 2:
+            return None
     others = set().union(*(_uses(r) for r in reads if r not in staged))
     n = len(t.op.axes)
     while n > 0 and all(t.op.axes[n - 1].var in _uses(r) for r in staged) and \
@@ -109,8 +112,11 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: in
                 size *= const_int(ax.extent)
             else:
                 reuse *= const_int(ax.extent)
-        if reuse < min_reuse or size > max_gather:
+        if reuse < min_reuse:
             return None
+        if inline or size > max_gather:  # read in place (the CPU's panels gather it)
+            inline = True
+            continue
         g = _columns(t, r, used, body.axes, at, p, rows, names, len(new))
         new.append(g)
         mapping[r] = E.TensorRead(g, tuple(ax.var for ax in used) +

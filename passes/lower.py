@@ -77,6 +77,7 @@ from .lower_stage import (
     lower_scatter,
     lower_stage,
 )
+from .pad_windows import pad_windows
 
 
 def _ident(name: str) -> str:
@@ -267,6 +268,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
     exprs, inlined = inline_stages(stages, keep=keep)
     absorb_crops(stages, exprs, inlined, keep=keep)
     scans_done: set[int] = set()
+    stages = pad_windows(stages, exprs, inlined)
     stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined)
     items: list = []
     for t in stages:

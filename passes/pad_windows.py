@@ -1,0 +1,200 @@
+"""Clipped sum windows widened to their constant box over a zero-padded copy (before lowering).
+
+Zero elimination turns the padding of a convolution's input gradient into bounds: the
+gradient of ``conv2d(X, W, padding=1)`` with respect to ``X`` is ::
+
+    X_grad[n, c, y, x] = sum(H[n, o, y + 1 - ky, x + 1 - kx] * W[o, c, ky, kx],
+                             (o, ky in [max(y - 6, 0), min(y + 1, 2) + 1), kx in [..]))
+
+exact, but the window moves with ``y`` and ``x``: no constant reduction box, so neither the
+im2col row flattening of :mod:`.flatten_rows` nor the register tiles of the CPU schedule take
+it, and on an 8 x 8 image its innermost loops run 6 to 8 steps.  :func:`pad_windows` undoes
+the clipping where it only keeps a read in bounds: each such axis runs over its constant box
+(``ky in [0, 3)``) and the read comes from a copy of the tensor with a zero border wide enough
+for every index the box reaches (the ``im2col`` of frameworks pads the same way)::
+
+    H_pad[n, o, u, v] = select(u - 2 in [0, 8) && v - 2 in [0, 8), H[n, o, u - 2, v - 2], 0)
+    X_grad[n, c, y, x] = sum(H_pad[n, o, y + 3 - ky, x + 3 - kx] * W[o, c, ky, kx], (o, ky, kx))
+
+When it applies: the stage is a ``sum`` without ``where`` or nested reductions, its data axes
+have constant extents and the last is shorter than ``max_inner`` (the short rows the flattening
+and the tiles are for: on long rows the clipped windows cost little); each reduction axis with
+moving bounds has bounds ``[max(lo, l(..)), min(hi, h(..)))`` with constants ``lo < hi``,
+``hi - lo <= max_box``, and ``[l, h)`` exactly the range of ``v`` that keeps one read's index
+``±v + r`` inside its dimension; that read is a factor of the summand.
+
+Legality.  On the widened box a term outside the old window has, on some widened axis, its
+read's index outside the tensor, where the copy holds 0: the term is ``0 * (finite factors)``,
+which adds nothing (with an infinite or NaN factor it is NaN, as in a zero-padded forward
+convolution: documented in docs/robustness.md).  Inside the old window every read index is in
+bounds, where the copy holds the tensor's value: the same terms as before.
+"""
+
+from __future__ import annotations
+
+from tecomp import expr as E
+from tecomp.functor import free_vars, fresh_name, make_reduce, walk
+from tecomp.stmt_functor import eval_int
+from tecomp.tensor import ComputeOp, Tensor
+
+from .affine_forms import coefficient, lower_terms, upper_terms
+from .flatten_sum import Reads, const_int, insert_stages
+from .lower_stage import upper
+
+_FLOATS = ("float32", "float64")
+
+
+def pad_windows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
+                inlined: set[int], *, max_inner: int = 32, max_box: int = 8) -> list[Tensor]:
+    """Widen the clipped windows that qualify (module docstring); returns the stage list with
+    the padded copies inserted before their readers (``exprs`` updated in place)."""
+    return insert_stages(stages, exprs, inlined,
+                         lambda t, body: _plan(t, body, max_inner, max_box))
+
+
+def _factors(e: E.Expr) -> list[E.Expr]:
+    if isinstance(e, E.Mul):
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _affine(e: E.Expr, names: set[E.Var]) -> tuple[int, dict[E.Var, int]] | None:
+    """``(constant, coefficients)`` of ``e`` affine in the variables ``names``, else None."""
+    if not free_vars(e) <= names:
+        return None
+    coef = {}
+    for v in free_vars(e):
+        c = coefficient(e, v)
+        if c is None:
+            return None
+        coef[v] = c
+    try:
+        const = eval_int(e, {v: 0 for v in names})
+    except Exception:  # a form eval_int does not read: not affine
+        return None
+    return const, {v: c for v, c in coef.items() if c}
+
+
+def _plan(t: Tensor, body: E.Expr, max_inner: int, max_box: int):
+    if not (isinstance(body, E.Reduce) and body.combiner == "sum" and body.where is None):
+        return None
+    if t.dtype not in _FLOATS or any(isinstance(x, E.Reduce) for x in walk(body.body)):
+        return None
+    dext = [const_int(ax.extent) for ax in t.op.axes]
+    if not dext or None in dext or any(const_int(ax.lo) is None for ax in t.op.axes):
+        return None
+    if dext[-1] >= max_inner:
+        return None
+    ranges = {ax.var: (const_int(ax.lo), const_int(ax.lo) + n) for ax, n in zip(t.op.axes, dext)}
+    factors = [f for f in _factors(body.body) if isinstance(f, E.TensorRead)]
+    axes, pads = [], {}  # pads: read -> {dim: (box lo, box hi) index range}
+    for ax in body.axes:
+        lo, hi = const_int(ax.lo), const_int(upper(ax.lo, ax.extent))
+        if lo is not None and hi is not None:
+            axes.append(ax)
+            ranges[ax.var] = (lo, hi)
+            continue
+        box = _box(ax, factors, set(ranges) | {ax.var}, max_box)
+        if box is None:
+            return None
+        blo, bhi, read, dim = box
+        axes.append(E.IterVar(ax.var, E.Const(blo, ax.var.dtype),
+                              E.Const(bhi - blo, ax.var.dtype), ax.kind))
+        ranges[ax.var] = (blo, bhi)
+        pads.setdefault(read, set()).add(dim)
+    if not pads:
+        return None
+    names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
+    mapping, new = {}, []
+    for read, dims in pads.items():
+        copy, at = _padded(read, dims, ranges, names)
+        if copy is None:
+            return None
+        new.append(copy)
+        mapping[read] = at
+    return new, make_reduce("sum", Reads(mapping).visit(body.body), tuple(axes), None,
+                            body.dtype)
+
+
+def _box(ax: E.IterVar, factors: list[E.TensorRead], names: set[E.Var], max_box: int):
+    """``(lo, hi, read, dim)``: the constant box of ``ax``'s clipped window and the factor
+    whose ``dim``-th index the rest of the window keeps in bounds; None otherwise."""
+    los, his = lower_terms(ax.lo), upper_terms(upper(ax.lo, ax.extent))
+    clo = [const_int(x) for x in los if const_int(x) is not None]
+    chi = [const_int(x) for x in his if const_int(x) is not None]
+    mlo = [x for x in los if const_int(x) is None]
+    mhi = [x for x in his if const_int(x) is None]
+    if len(clo) != 1 or len(chi) != 1 or len(mlo) != 1 or len(mhi) != 1:
+        return None
+    blo, bhi = clo[0], chi[0]
+    if not 0 < bhi - blo <= max_box:
+        return None
+    lo_form, hi_form = _affine(mlo[0], names), _affine(mhi[0], names)
+    if lo_form is None or hi_form is None:
+        return None
+    v = ax.var
+    for read in factors:
+        for dim, idx in enumerate(read.indices):
+            form = _affine(idx, names)
+            n = const_int(read.tensor.shape[dim])
+            if form is None or n is None or form[1].get(v) not in (1, -1):
+                continue
+            const, coef = form
+            s = coef[v]
+            rest = {u: c for u, c in coef.items() if u != v}
+            # s = 1: idx = v + rest in [0, n)  <=>  v in [-rest, n - rest)
+            # s = -1: idx = rest - v in [0, n)  <=>  v in [rest - n + 1, rest + 1)
+            if s == 1:
+                want_lo = (-const, {u: -c for u, c in rest.items()})
+                want_hi = (n - const, {u: -c for u, c in rest.items()})
+            else:
+                want_lo = (const - n + 1, rest)
+                want_hi = (const + 1, rest)
+            if lo_form == want_lo and hi_form == want_hi:
+                return blo, bhi, read, dim
+    return None
+
+
+def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
+    """The zero-bordered copy of ``read``'s tensor over the index ranges the widened box
+    reaches in ``dims``, and the read of it that replaces ``read``."""
+    src = read.tensor
+    shape, offsets = [], []
+    for dim, idx in enumerate(read.indices):
+        n = const_int(src.shape[dim])
+        if dim not in dims:
+            shape.append(src.shape[dim])
+            offsets.append(0)
+            continue
+        form = _affine(idx, set(ranges))
+        if form is None or n is None:
+            return None, None
+        const, coef = form
+        lo = const + sum(min(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
+        hi = const + sum(max(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
+        before, after = max(0, -lo), max(0, hi - (n - 1))
+        shape.append(E.Const(n + before + after, "int64"))
+        offsets.append(before)
+    own = []
+    for dim, ext in enumerate(shape):
+        var = E.Var(fresh_name(f"u{dim}", names), "int64")
+        names.add(var.name)
+        own.append(E.IterVar(var, E.Const(0, "int64"), ext, "data"))
+    inside: E.Expr | None = None
+    at = []
+    for dim, (ax, off) in enumerate(zip(own, offsets)):
+        at.append(E.sub(ax.var, E.Const(off, "int64")) if off else ax.var)
+        if dim in dims:
+            n = src.shape[dim]
+            ok = E.logical_and(E.compare(E.GE, at[-1], E.Const(0, "int64")),
+                               E.compare(E.LT, at[-1], n))
+            inside = ok if inside is None else E.logical_and(inside, ok)
+    value = E.TensorRead(src, tuple(at), src.dtype)
+    if inside is not None:
+        value = E.select(inside, value, E.Const(0.0, src.dtype))
+    name = fresh_name(f"{src.name}_pad", names)
+    names.add(name)
+    copy = Tensor(name, tuple(ax.extent for ax in own), src.dtype, ComputeOp(tuple(own), value))
+    index = tuple(E.add(i, E.Const(off, "int64")) if off else i
+                  for i, off in zip(read.indices, offsets))
+    return copy, E.TensorRead(copy, index, read.dtype)

@@ -1,0 +1,109 @@
+"""Clipped windows widened over zero-padded copies (passes/pad_windows.py) and short rows
+flattened without a column buffer (passes/flatten_rows.py, in place): convolution forwards and
+input gradients on short rows become constant-box sums over a flat row, and every program
+still matches the evaluator (interpreter and compiled), while windows that a mask (not a
+read's bounds) clips, or that span a wide box, are left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from loop_interp import run
+
+import tecomp as tc
+from tecomp.host import describe
+from tecomp.passes.lower import lower_program
+from tecomp.passes.schedule.cpu.microkernel import tile_shape
+
+
+def _conv(n, c, o, hw, r, pad, stride=1, dtype="float32"):
+    X = tc.placeholder((n, c, hw, hw), name="X", dtype=dtype)
+    W = tc.placeholder((o, c, r, r), name="W", dtype=dtype)
+    Y = tc.ops.conv2d(X, W, stride=stride, padding=pad)
+    H = tc.placeholder(Y.shape, name="H", dtype=dtype)
+    return X, W, Y, H
+
+
+def _arrays(ts, rng, dtype="float32"):
+    return [rng.standard_normal(tuple(int(s) for s in t.shape)).astype(dtype) for t in ts]
+
+
+def test_input_gradient_of_a_padded_convolution_reads_a_padded_head():
+    X, W, Y, H = _conv(2, 5, 16, 8, 3, 1)
+    dX, _ = tc.gradient(Y, [X, W], head=H)
+    text = str(tc.lower(dX, [X, W, H]))
+    assert "H_pad: float32[2, 16, 10, 10]" in text  # one zero row and column each side
+    assert "X_grad_rows: float32[2, 5, 64]" in text  # then the flat row of 8 x 8
+    assert "max(" not in text and "min(" not in text  # no clipped window left
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_widened_sums_match_the_evaluator_in_the_interpreter(seed):
+    rng = np.random.default_rng(seed)
+    hw = int(rng.integers(5, 10))
+    r = int(rng.choice([2, 3, 5]))
+    pad = int(rng.integers(0, r))
+    X, W, Y, H = _conv(2, 3, 8, hw, r, pad)
+    grads = list(tc.gradient(Y, [X, W], head=H))
+    outs, ins = [Y] + grads, [X, W, H]
+    func, consts = lower_program(outs, ins)
+    arrays = _arrays(ins, rng)
+    want = tc.evaluate(outs, dict(zip(ins, arrays)))
+    for g, w in zip(run(func, arrays, constants=consts), want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4, err_msg=f"{hw} {r} {pad}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_short_row_convolutions_match_the_evaluator(dtype):
+    """A forward and both gradients in the implicit-GEMM form: a flat row, the input read in
+    place by the packed panels of the register tiles, for 1 and 2 threads."""
+    rng = np.random.default_rng(7)
+    X, W, Y, H = _conv(3, 24, 40, 8, 3, 1, dtype=dtype)
+    grads = list(tc.gradient(Y, [X, W], head=H))
+    outs, ins = [Y] + grads, [X, W, H]
+    text = str(tc.lower(outs, ins, target="llvm"))
+    assert "conv2d_rows" in text and "_cols" not in text  # no column buffer
+    mr, nr = tile_shape(describe(), 4 if dtype == "float32" else 8)
+    assert f"{dtype}[{mr}, {nr}] (local)" in text
+    kernel = tc.build(outs, ins)
+    arrays = _arrays(ins, rng, dtype)
+    want = tc.evaluate(outs, dict(zip(ins, [a.astype(np.float64) for a in arrays])))
+    tol = 1e-4 if dtype == "float32" else 1e-11
+    for threads in (1, 2):
+        kernel.threads = threads
+        for g, w in zip(kernel(*arrays), want):
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def test_strided_convolution_too_big_to_stage_is_read_in_place():
+    X, W, Y, H = _conv(4, 64, 16, 32, 3, 1, stride=2)  # columns: 590k elements
+    text = str(tc.lower(Y, [X, W]))
+    assert "conv2d_rows" in text and "_cols" not in text
+    rng = np.random.default_rng(2)
+    arrays = _arrays([X, W], rng)
+    np.testing.assert_allclose(tc.build(Y, [X, W])(*arrays),
+                               tc.evaluate([Y], dict(zip([X, W], arrays)))[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_masked_and_wide_windows_are_left_clipped():
+    A = tc.placeholder((24, 24), name="A")
+    B = tc.placeholder((24, 16), name="B")
+    t = tc.reduce_axis(24, name="t")
+    # a causal mask: the bounds t <= i keep no read in bounds, so the box must not be widened
+    C = tc.compute((24, 16), lambda i, j: tc.sum(A[i, t] * B[t, j], axis=t, where=t <= i),
+                   name="C")
+    assert "_pad" not in str(tc.lower(C, [A, B]))
+    # a transposed convolution's input gradient: one window spans the whole 16-wide image
+    X = tc.placeholder((2, 8, 8, 8), name="X")
+    W = tc.placeholder((8, 4, 4, 4), name="W")
+    Y = tc.ops.conv_transpose2d(X, W, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    dX, _ = tc.gradient(Y, [X, W], head=H)
+    text = str(tc.lower(dX, [X, W, H]))
+    rng = np.random.default_rng(4)
+    arrays = _arrays([X, W, H], rng)
+    np.testing.assert_allclose(tc.build(dX, [X, W, H])(*arrays),
+                               tc.evaluate([dX], dict(zip([X, W, H], arrays)))[0],
+                               rtol=1e-4, atol=1e-4)
+    assert "max(" in text  # its wide window stays clipped
