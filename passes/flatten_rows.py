@@ -17,10 +17,21 @@ and computes the sum as a product with one long unit-stride row ``p = y * 16 + x
 ``T`` is then an "i, k, j" sum over rows of 256 (register-blocked by the CPU schedule), and
 ``Y`` a copy (one core: 0.12 -> 0.04 ms for a 1x16x32x32 input and 32 3x3 filters).
 
+In place (implicit GEMM).  A stride-1 sum over rows shorter than ``max_in_place`` (a
+convolution on an 8 x 8 or 32 x 32 image, or an input gradient whose clipped windows
+:mod:`.pad_windows` widened), and a strided one whose columns would exceed ``max_gather``,
+are flattened the same way but without ``G``: ``T[b, f, p] = sum(W[f, c, ry, rx] * X_pad[b, c,
+p // 16 + ry, p % 16 + rx], ..)`` reads the input in place.  On the CPU the register tiles of
+the schedule copy each ``kc x nc`` block of that read into a packed panel, which is the
+im2col of one cache block (Chellapilla et al.'s columns, never larger than the block); the
+rows of ``W`` are the tiles' other operand.  Only float stages with at least two reads take
+this form.
+
 When it applies: the stage's body is a ``sum`` without ``where`` or nested reductions over
 reduction axes with constant bounds (``lo = 0``); all data axes have constant extents and the
-last one, ``x``, is shorter than ``max_inner`` but at least ``min_inner``; some read steps an
-index by more than one element per ``x`` (the staged reads); the flattened axes are the
+last one, ``x``, is shorter than ``max_inner`` (``max_in_place`` in place) but at least
+``min_inner``; some read steps an index by more than one element per ``x`` (the staged reads;
+in place: the reads that use ``x``); the flattened axes are the
 longest trailing run of data axes that every staged read uses and no other read does; each
 staged read is reused ``min_reuse`` times or more (the data axes it does not use) and has at
 most ``max_gather`` elements.  Sums whose last data axis is shorter than ``min_inner`` are
@@ -43,11 +54,12 @@ from .flatten_sum import Reads, const_int, decompose_index, insert_stages
 
 def flatten_rows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
                  inlined: set[int], *, min_inner: int = 8, max_inner: int = 32,
-                 min_reuse: int = 4, max_gather: int = 1 << 18) -> list[Tensor]:
+                 max_in_place: int = 64, min_reuse: int = 4,
+                 max_gather: int = 1 << 18) -> list[Tensor]:
     """Flatten the stages that qualify (module docstring); returns the stage list with the
     column and row stages inserted before each rewritten stage (``exprs`` updated)."""
     return insert_stages(stages, exprs, inlined, lambda t, body: _plan(
-        t, body, min_inner, max_inner, min_reuse, max_gather))
+        t, body, min_inner, max_inner, max_in_place, min_reuse, max_gather))
 
 
 def _reads(e: E.Expr) -> list[E.TensorRead]:
@@ -62,8 +74,8 @@ def _uses(r: E.TensorRead) -> set[E.Var]:
     return set().union(*(free_vars(i) for i in r.indices)) if r.indices else set()
 
 
-def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: int,
-          max_gather: int):
+def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, max_in_place: int,
+          min_reuse: int, max_gather: int):
     if not (isinstance(body, E.Reduce) and body.combiner == "sum" and body.where is None):
         return None
     if any(isinstance(x, E.Reduce) for x in walk(body.body)) or not t.op.axes:
@@ -72,13 +84,17 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, min_reuse: in
     dext = [const_int(ax.extent) for ax in t.op.axes]
     if None in rext or None in dext or any(const_int(ax.lo) != 0 for ax in body.axes + t.op.axes):
         return None
-    if not min_inner <= dext[-1] < max_inner:
+    if not min_inner <= dext[-1] < max(max_inner, max_in_place):
         return None
     x = t.op.axes[-1].var
     reads = _reads(body.body)
     staged = [r for r in reads if any((coefficient(i, x) or 0) > 1 for i in r.indices)]
+    if dext[-1] >= max_inner:
+        staged = []
     inline = not staged  # a stride-1 sum over short rows: the columns are read in place
     if inline:
+        if dext[-1] >= max_in_place:
+            return None
         staged = [r for r in reads if x in _uses(r)]
         if not staged or t.dtype not in ("float32", "float64") or len(reads) < 2:
             return None

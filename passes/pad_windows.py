@@ -45,7 +45,7 @@ _FLOATS = ("float32", "float64")
 
 
 def pad_windows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
-                inlined: set[int], *, max_inner: int = 32, max_box: int = 8) -> list[Tensor]:
+                inlined: set[int], *, max_inner: int = 64, max_box: int = 8) -> list[Tensor]:
     """Widen the clipped windows that qualify (module docstring); returns the stage list with
     the padded copies inserted before their readers (``exprs`` updated in place)."""
     return insert_stages(stages, exprs, inlined,
