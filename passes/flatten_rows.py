@@ -25,7 +25,12 @@ p // 16 + ry, p % 16 + rx], ..)`` reads the input in place.  On the CPU the regi
 the schedule copy each ``kc x nc`` block of that read into a packed panel, which is the
 im2col of one cache block (Chellapilla et al.'s columns, never larger than the block); the
 rows of ``W`` are the tiles' other operand.  Only float stages with at least two reads take
-this form.
+this form.  Rows shorter than ``min_inner`` (a weight gradient, ``W_grad[o, c, ky, kx] =
+sum(H[n, o, y, x] * X_pad[n, c, 2*y + ky, 2*x + kx], (n, y, x))``) are flattened in place only,
+when the flat row has at least ``min_row`` elements and a read strides along a reduction axis
+(stride 2 here; at stride 1 the gather of the panels costs more than the strided reads it
+removes): ``(c, ky, kx)`` becomes one row of 576 columns, gathered from ``X_pad`` by the
+panels.
 
 When it applies: the stage's body is a ``sum`` without ``where`` or nested reductions over
 reduction axes with constant bounds (``lo = 0``); all data axes have constant extents and the
@@ -54,12 +59,12 @@ from .flatten_sum import Reads, const_int, decompose_index, insert_stages
 
 def flatten_rows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
                  inlined: set[int], *, min_inner: int = 8, max_inner: int = 32,
-                 max_in_place: int = 64, min_reuse: int = 4,
+                 max_in_place: int = 64, min_row: int = 64, min_reuse: int = 4,
                  max_gather: int = 1 << 18) -> list[Tensor]:
     """Flatten the stages that qualify (module docstring); returns the stage list with the
     column and row stages inserted before each rewritten stage (``exprs`` updated)."""
     return insert_stages(stages, exprs, inlined, lambda t, body: _plan(
-        t, body, min_inner, max_inner, max_in_place, min_reuse, max_gather))
+        t, body, min_inner, max_inner, max_in_place, min_row, min_reuse, max_gather))
 
 
 def _reads(e: E.Expr) -> list[E.TensorRead]:
@@ -75,7 +80,7 @@ def _uses(r: E.TensorRead) -> set[E.Var]:
 
 
 def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, max_in_place: int,
-          min_reuse: int, max_gather: int):
+          min_row: int, min_reuse: int, max_gather: int):
     if not (isinstance(body, E.Reduce) and body.combiner == "sum" and body.where is None):
         return None
     if any(isinstance(x, E.Reduce) for x in walk(body.body)) or not t.op.axes:
@@ -84,12 +89,16 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, max_in_place:
     dext = [const_int(ax.extent) for ax in t.op.axes]
     if None in rext or None in dext or any(const_int(ax.lo) != 0 for ax in body.axes + t.op.axes):
         return None
-    if not min_inner <= dext[-1] < max(max_inner, max_in_place):
+    if not 2 <= dext[-1] < max(max_inner, max_in_place):
         return None
+    short = dext[-1] < min_inner  # a kernel row (a weight gradient's kx): in place only
     x = t.op.axes[-1].var
     reads = _reads(body.body)
     staged = [r for r in reads if any((coefficient(i, x) or 0) > 1 for i in r.indices)]
-    if dext[-1] >= max_inner:
+    if short and not any((coefficient(i, ax.var) or 0) > 1 for r in reads
+                         for i in r.indices for ax in body.axes):
+        return None  # a stride-1 weight gradient: its columns' gather costs more than it saves
+    if dext[-1] >= max_inner or short:
         staged = []
     inline = not staged  # a stride-1 sum over short rows: the columns are read in place
     if inline:
@@ -114,6 +123,8 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, max_in_place:
     rows = 1
     for e in dext[n:]:
         rows *= e
+    if short and rows < min_row:
+        return None
     names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
     p = E.Var(fresh_name("p", names), "int64")
     names.add(p.name)

@@ -19,9 +19,15 @@ for every index the box reaches (the ``im2col`` of frameworks pads the same way)
 When it applies: the stage is a ``sum`` without ``where`` or nested reductions, its data axes
 have constant extents and the last is shorter than ``max_inner`` (the short rows the flattening
 and the tiles are for: on long rows the clipped windows cost little); each reduction axis with
-moving bounds has bounds ``[max(lo, l(..)), min(hi, h(..)))`` with constants ``lo < hi``,
-``hi - lo <= max_box``, and ``[l, h)`` exactly the range of ``v`` that keeps one read's index
-``±v + r`` inside its dimension; that read is a factor of the summand.
+moving bounds has bounds ``[max(lo, l(..)), min(hi, h(..)))`` with constants ``lo < hi``
+and ``[l, h)`` exactly the range of ``v`` in the box that keeps one read's index ``s*v + r``
+inside its dimension of extent ``n`` (checked by enumerating the values of the variables of
+``l``, ``h`` and ``r``: at most 1,024 combinations), the box at most ``max(max_box, 2 n /
+|s|)`` wide (the widened sum does at most about twice the work: a kernel window, or a weight
+gradient's image of which only the border was clipped); that read is a factor of the summand.
+A window of constant width ``w <= max_box`` that slides across a wide constant box (a
+transposed convolution's input gradient, whose columns are clipped by the kernel's read
+and the image's) is moved to start at 0 first, ``v = u + l``, and the image's read padded.
 
 Legality.  On the widened box a term outside the old window has, on some widened axis, its
 read's index outside the tensor, where the copy holds 0: the term is ``0 * (finite factors)``,
@@ -32,8 +38,10 @@ bounds, where the copy holds the tensor's value: the same terms as before.
 
 from __future__ import annotations
 
+import itertools
+
 from tecomp import expr as E
-from tecomp.functor import free_vars, fresh_name, make_reduce, walk
+from tecomp.functor import ExprMutator, free_vars, fresh_name, make_reduce, substitute, walk
 from tecomp.stmt_functor import eval_int
 from tecomp.tensor import ComputeOp, Tensor
 
@@ -87,38 +95,74 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_box: int):
         return None
     ranges = {ax.var: (const_int(ax.lo), const_int(ax.lo) + n) for ax, n in zip(t.op.axes, dext)}
     factors = [f for f in _factors(body.body) if isinstance(f, E.TensorRead)]
-    axes, pads = [], {}  # pads: read -> {dim: (box lo, box hi) index range}
+    data = {ax.var for ax in t.op.axes}
+    axes, pads = [], {}  # pads: read -> the dimensions its copy pads
+    shifts: dict[E.Var, E.Expr] = {}  # v -> v + l: windows that slide, moved to start at 0
     for ax in body.axes:
         lo, hi = const_int(ax.lo), const_int(upper(ax.lo, ax.extent))
         if lo is not None and hi is not None:
             axes.append(ax)
             ranges[ax.var] = (lo, hi)
             continue
-        box = _box(ax, factors, set(ranges) | {ax.var}, max_box)
+        box = _box(ax, factors, data, max_box, ranges)
         if box is None:
             return None
-        blo, bhi, read, dim = box
+        blo, bhi, read, dim, shift = box
         axes.append(E.IterVar(ax.var, E.Const(blo, ax.var.dtype),
                               E.Const(bhi - blo, ax.var.dtype), ax.kind))
         ranges[ax.var] = (blo, bhi)
         pads.setdefault(read, set()).add(dim)
+        if shift is not None:
+            shifts[ax.var] = E.add(ax.var, shift)
     if not pads:
         return None
     names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
     mapping, new = {}, []
     for read, dims in pads.items():
-        copy, at = _padded(read, dims, ranges, names)
+        copy, at = _padded(substitute(read, shifts), dims, ranges, names)
         if copy is None:
             return None
         new.append(copy)
-        mapping[read] = at
-    return new, make_reduce("sum", Reads(mapping).visit(body.body), tuple(axes), None,
-                            body.dtype)
+        mapping[substitute(read, shifts)] = at
+    summand = Reads(mapping).visit(substitute(body.body, shifts))
+    if shifts:  # t + (2*j - 1) - 2*j + 1 -> t: the shifted reads' indices collected again
+        summand = _Collect(set(ranges)).visit(summand)
+    return new, make_reduce("sum", summand, tuple(axes), None, body.dtype)
 
 
-def _box(ax: E.IterVar, factors: list[E.TensorRead], names: set[E.Var], max_box: int):
-    """``(lo, hi, read, dim)``: the constant box of ``ax``'s clipped window and the factor
-    whose ``dim``-th index the rest of the window keeps in bounds; None otherwise."""
+class _Collect(ExprMutator):
+    """Affine read indices rebuilt with each variable once (``t + (2*j - 1) - 2*j + 1``
+    becomes ``t``), so that later passes see which reads an axis really moves."""
+
+    def __init__(self, names: set[E.Var]) -> None:
+        super().__init__()
+        self.names = names
+
+    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
+        return E.TensorRead(e.tensor, tuple(self.index(i) for i in e.indices), e.dtype)
+
+    def index(self, e: E.Expr) -> E.Expr:
+        form = _affine(e, self.names)
+        if form is None:
+            return e
+        const, coef = form
+        out: E.Expr | None = None
+        for v in sorted(coef, key=lambda u: u.name):
+            term = v if coef[v] == 1 else E.mul(E.Const(coef[v], v.dtype), v)
+            out = term if out is None else E.add(out, term)
+        if out is None:
+            return E.Const(const, e.dtype)
+        return E.add(out, E.Const(const, e.dtype)) if const else out
+
+
+def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: int,
+         ranges: dict[E.Var, tuple[int, int]]):
+    """``(lo, hi, read, dim, shift)``: the constant box of ``ax``'s clipped window, the factor
+    whose ``dim``-th index the rest of the window keeps in bounds, and None; or, for a window
+    of constant width ``w <= max_box`` that slides (``[max(0, 2j - 1), min(31, 2j + 2) + 1)``,
+    the columns of a transposed convolution's input gradient), ``(0, w, read, dim, l)``: the
+    variable becomes ``v = u + l`` over ``[0, w)`` and the constant clip is the read's bounds.
+    None otherwise."""
     los, his = lower_terms(ax.lo), upper_terms(upper(ax.lo, ax.extent))
     clo = [const_int(x) for x in los if const_int(x) is not None]
     chi = [const_int(x) for x in his if const_int(x) is not None]
@@ -127,12 +171,66 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], names: set[E.Var], max_box:
     if len(clo) != 1 or len(chi) != 1 or len(mlo) != 1 or len(mhi) != 1:
         return None
     blo, bhi = clo[0], chi[0]
-    if not 0 < bhi - blo <= max_box:
-        return None
-    lo_form, hi_form = _affine(mlo[0], names), _affine(mhi[0], names)
-    if lo_form is None or hi_form is None:
+    if bhi <= blo:
         return None
     v = ax.var
+    for read, dim, n, step in _stepping_reads(factors, v):
+        wide = max(max_box, 2 * -(-n // abs(step)))  # at most twice the read's own window
+        if bhi - blo <= wide and _clips(mlo[0], mhi[0], blo, bhi, read.indices[dim], v, n,
+                                        ranges):
+            return blo, bhi, read, dim, None
+    lo_form, hi_form = _affine(mlo[0], data), _affine(mhi[0], data)
+    if lo_form is None or hi_form is None:
+        return None
+    width = hi_form[0] - lo_form[0]
+    if lo_form[1] != hi_form[1] or not 0 < width <= max_box:
+        return None
+    for read, dim, (const, _, s, n) in _moving_reads(factors, v, {v}):
+        lo, hi = (-const, n - const) if s == 1 else (const - n + 1, const + 1)
+        if (lo, hi) == (blo, bhi):  # the constant clip is this read's bounds
+            return 0, width, read, dim, mlo[0]
+    return None
+
+
+def _stepping_reads(factors: list[E.TensorRead], v: E.Var):
+    """``(read, dim, extent, step)`` for each index of a factor that moves by a constant
+    ``step != 0`` per step of ``v``, over a constant extent."""
+    for read in factors:
+        for dim, idx in enumerate(read.indices):
+            n, step = const_int(read.tensor.shape[dim]), coefficient(idx, v)
+            if n is not None and step:
+                yield read, dim, n, step
+
+
+def _clips(lo: E.Expr, hi: E.Expr, blo: int, bhi: int, idx: E.Expr, v: E.Var, n: int,
+           ranges: dict[E.Var, tuple[int, int]], most: int = 1024) -> bool:
+    """Whether ``[max(blo, lo), min(bhi, hi))`` is exactly the set of ``v`` in ``[blo, bhi)``
+    with ``0 <= idx < n``, for every value of the other variables (checked on all of them:
+    at most ``most`` combinations over the constant ranges of ``ranges``)."""
+    others = sorted((free_vars(lo) | free_vars(hi) | free_vars(idx)) - {v},
+                    key=lambda u: u.name)
+    if any(u not in ranges for u in others):
+        return False
+    count = 1
+    for u in others:
+        count *= ranges[u][1] - ranges[u][0]
+    if count > most:
+        return False
+    for values in itertools.product(*(range(*ranges[u]) for u in others)):
+        env = dict(zip(others, values))
+        try:
+            first, end = max(blo, eval_int(lo, env)), min(bhi, eval_int(hi, env))
+            inside = [u for u in range(blo, bhi) if 0 <= eval_int(idx, {**env, v: u}) < n]
+        except Exception:  # an index eval_int does not read: no claim
+            return False
+        if inside != list(range(first, end)):
+            return False
+    return True
+
+
+def _moving_reads(factors: list[E.TensorRead], v: E.Var, names: set[E.Var]):
+    """``(read, dim, (const, other coefficients, coefficient of v, extent))`` for each index
+    of a factor that is ``±v`` plus an affine form in ``names``, over a constant extent."""
     for read in factors:
         for dim, idx in enumerate(read.indices):
             form = _affine(idx, names)
@@ -140,19 +238,7 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], names: set[E.Var], max_box:
             if form is None or n is None or form[1].get(v) not in (1, -1):
                 continue
             const, coef = form
-            s = coef[v]
-            rest = {u: c for u, c in coef.items() if u != v}
-            # s = 1: idx = v + rest in [0, n)  <=>  v in [-rest, n - rest)
-            # s = -1: idx = rest - v in [0, n)  <=>  v in [rest - n + 1, rest + 1)
-            if s == 1:
-                want_lo = (-const, {u: -c for u, c in rest.items()})
-                want_hi = (n - const, {u: -c for u, c in rest.items()})
-            else:
-                want_lo = (const - n + 1, rest)
-                want_hi = (const + 1, rest)
-            if lo_form == want_lo and hi_form == want_hi:
-                return blo, bhi, read, dim
-    return None
+            yield read, dim, (const, {u: c for u, c in coef.items() if u != v}, coef[v], n)
 
 
 def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):

@@ -86,7 +86,7 @@ def test_strided_convolution_too_big_to_stage_is_read_in_place():
                                rtol=1e-4, atol=1e-4)
 
 
-def test_masked_and_wide_windows_are_left_clipped():
+def test_masked_windows_are_left_clipped():
     A = tc.placeholder((24, 24), name="A")
     B = tc.placeholder((24, 16), name="B")
     t = tc.reduce_axis(24, name="t")
@@ -94,16 +94,35 @@ def test_masked_and_wide_windows_are_left_clipped():
     C = tc.compute((24, 16), lambda i, j: tc.sum(A[i, t] * B[t, j], axis=t, where=t <= i),
                    name="C")
     assert "_pad" not in str(tc.lower(C, [A, B]))
-    # a transposed convolution's input gradient: one window spans the whole 16-wide image
+
+
+def test_sliding_window_moves_to_start_at_zero():
+    """A transposed convolution's input gradient: its column window (4 wide) slides across
+    the 16-wide image; it becomes the kernel's own axis over [0, 4) and the head is padded."""
     X = tc.placeholder((2, 8, 8, 8), name="X")
     W = tc.placeholder((8, 4, 4, 4), name="W")
     Y = tc.ops.conv_transpose2d(X, W, stride=2, padding=1)
     H = tc.placeholder(Y.shape, name="H")
     dX, _ = tc.gradient(Y, [X, W], head=H)
     text = str(tc.lower(dX, [X, W, H]))
+    assert "H_pad" in text and "max(" not in text
     rng = np.random.default_rng(4)
     arrays = _arrays([X, W, H], rng)
     np.testing.assert_allclose(tc.build(dX, [X, W, H])(*arrays),
                                tc.evaluate([dX], dict(zip([X, W, H], arrays)))[0],
                                rtol=1e-4, atol=1e-4)
-    assert "max(" in text  # its wide window stays clipped
+
+
+def test_strided_weight_gradient_is_one_flat_row_of_kernel_columns():
+    """``W_grad[o, c, ky, kx]`` of a stride-2 convolution: ``(c, ky, kx)`` becomes one row of
+    columns gathered in place; at stride 1 the weight gradient keeps its form."""
+    rng = np.random.default_rng(9)
+    for stride, flat in ((2, True), (1, False)):
+        X, W, Y, H = _conv(2, 8, 12, 16, 3, 1, stride=stride)
+        _, dW = tc.gradient(Y, [X, W], head=H)
+        text = str(tc.lower(dW, [X, W, H]))
+        assert ("W_grad_rows: float32[12, 72]" in text) == flat, stride
+        arrays = _arrays([X, W, H], rng)
+        want = tc.evaluate([dW], dict(zip([X, W, H], arrays)))[0]
+        np.testing.assert_allclose(tc.build(dW, [X, W, H])(*arrays), want,
+                                   rtol=1e-4, atol=1e-3)
