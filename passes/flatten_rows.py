@@ -113,8 +113,8 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, max_in_place:
             t.op.axes[n - 1].var not in others:
         n -= 1
     flat_axes, lead = t.op.axes[n:], t.op.axes[:n]
-    if not flat_axes:
-        return None
+    if not flat_axes or (inline and len(flat_axes) < 2):
+        return None  # in place, one axis would be the same row behind a copy
     if any(free_vars(ax.lo) | free_vars(ax.extent) for ax in body.axes):
         return None
     terms = 1

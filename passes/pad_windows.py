@@ -22,9 +22,11 @@ and the tiles are for: on long rows the clipped windows cost little); each reduc
 moving bounds has bounds ``[max(lo, l(..)), min(hi, h(..)))`` with constants ``lo < hi``
 and ``[l, h)`` exactly the range of ``v`` in the box that keeps one read's index ``s*v + r``
 inside its dimension of extent ``n`` (checked by enumerating the values of the variables of
-``l``, ``h`` and ``r``: at most 1,024 combinations), the box at most ``max(max_box, 2 n /
-|s|)`` wide (the widened sum does at most about twice the work: a kernel window, or a weight
-gradient's image of which only the border was clipped); that read is a factor of the summand.
+``l``, ``h`` and ``r``: at most 1,024 combinations), the box at most ``2 n / |s|`` wide (the
+widened sum does at most about twice the work: a kernel window over a larger image, or a
+weight gradient's image of which only the border was clipped; not a strided input
+gradient's image, where the kernel allows 1 or 2 of its rows); that read is a factor of the
+summand.
 A window of constant width ``w <= max_box`` that slides across a wide constant box (a
 transposed convolution's input gradient, whose columns are clipped by the kernel's read
 and the image's) is moved to start at 0 first, ``v = u + l``, and the image's read padded.
@@ -175,7 +177,7 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: 
         return None
     v = ax.var
     for read, dim, n, step in _stepping_reads(factors, v):
-        wide = max(max_box, 2 * -(-n // abs(step)))  # at most twice the read's own window
+        wide = 2 * -(-n // abs(step))  # at most twice the window the read allows
         if bhi - blo <= wide and _clips(mlo[0], mhi[0], blo, bhi, read.indices[dim], v, n,
                                         ranges):
             return blo, bhi, read, dim, None
