@@ -63,9 +63,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     (:func:`.flat_loops.drop_unit_loops`), the CPU loop order of reductions
     (:func:`.sum_order.order_sums`), then with ``strided``, unit-stride reads for the
     innermost loops (:func:`.strided.unit_stride`: exact divisions folded, strided reads from a
-    polyphase copy), then with ``gemm``, triangular sums cut into rectangles per block of
-    rows (:func:`.triangle.split_triangles`, with ``pack``), cache blocking of large "i, k,
-    j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
+    polyphase copy), then with ``gemm``, triangular sums cut into rectangles per block of rows
+    (:func:`.triangle.split_triangles`, with ``pack``), the guards of sums a select discards
+    dropped for the register tiles (:func:`.unguard.unguard_sums`), cache blocking of large "i,
+    k, j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
     to contiguous memory and register tiles), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
     (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
@@ -91,6 +92,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .sum_order import order_sums
     from .tile import block_rows
     from .triangle import split_triangles
+    from .unguard import reguard, unguard_sums
 
     func = order_sums(drop_unit_loops(func))
     host = describe() if host is None else host
@@ -98,8 +100,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
         func = unit_stride(func, host)
     if gemm:
         if pack:
-            func = split_triangles(func, host)
+            func, unguarded = unguard_sums(split_triangles(func, host))
         func = block_caches(func, host, threads=threads, pack=pack)
+        if pack:
+            func = reguard(func, unguarded)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
     func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
     return fuse_parallel(func) if threads else func
