@@ -78,6 +78,7 @@ from .lower_stage import (
     lower_stage,
 )
 from .pad_windows import pad_windows
+from .phase_split import split_phases
 
 
 def _ident(name: str) -> str:
@@ -268,7 +269,7 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
     exprs, inlined = inline_stages(stages, keep=keep)
     absorb_crops(stages, exprs, inlined, keep=keep)
     scans_done: set[int] = set()
-    stages = pad_windows(stages, exprs, inlined)
+    stages = pad_windows(split_phases(stages, exprs, inlined), exprs, inlined)
     stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined)
     items: list = []
     for t in stages:

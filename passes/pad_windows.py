@@ -144,17 +144,22 @@ class _Collect(ExprMutator):
         return E.TensorRead(e.tensor, tuple(self.index(i) for i in e.indices), e.dtype)
 
     def index(self, e: E.Expr) -> E.Expr:
-        form = _affine(e, self.names)
-        if form is None:
+        if not free_vars(e) <= self.names:
             return e
-        const, coef = form
+        coef = {v: coefficient(e, v) for v in free_vars(e)}
+        linear = {v: c for v, c in coef.items() if c is not None}
+        if not linear:
+            return e
+        # the variables e is affine in, each once; the rest (``(rx - 1) // 2``) as it is
+        rest = substitute(e, {v: E.Const(0, v.dtype) for v in linear})
         out: E.Expr | None = None
-        for v in sorted(coef, key=lambda u: u.name):
-            term = v if coef[v] == 1 else E.mul(E.Const(coef[v], v.dtype), v)
-            out = term if out is None else E.add(out, term)
-        if out is None:
-            return E.Const(const, e.dtype)
-        return E.add(out, E.Const(const, e.dtype)) if const else out
+        for v in sorted(linear, key=lambda u: u.name):
+            if linear[v]:
+                term = v if linear[v] == 1 else E.mul(E.Const(linear[v], v.dtype), v)
+                out = term if out is None else E.add(out, term)
+        if isinstance(rest, E.Const) and rest.value == 0:
+            return out if out is not None else rest
+        return rest if out is None else E.add(out, rest)
 
 
 def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: int,
@@ -181,17 +186,46 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: 
         if bhi - blo <= wide and _clips(mlo[0], mhi[0], blo, bhi, read.indices[dim], v, n,
                                         ranges):
             return blo, bhi, read, dim, None
-    lo_form, hi_form = _affine(mlo[0], data), _affine(mhi[0], data)
-    if lo_form is None or hi_form is None:
+    width = constant_width(mlo[0], mhi[0], data, ranges)
+    if width is None or not 0 < width <= max_box:
         return None
-    width = hi_form[0] - lo_form[0]
-    if lo_form[1] != hi_form[1] or not 0 < width <= max_box:
+    if any(coefficient(mlo[0], u) is None and ranges[u][1] - ranges[u][0] > max_box
+           for u in free_vars(mlo[0])):
+        # a window that starts at (y - 2) // 2: moved, it would read through a division by
+        # the output position; only the phase axes of passes/phase_split.py may do that
         return None
-    for read, dim, (const, _, s, n) in _moving_reads(factors, v, {v}):
+    for read, dim, (const, rest, s, n) in _moving_reads(factors, v, data | {v}):
+        if rest:
+            continue  # the read moves with the output too: not the image's own bounds
         lo, hi = (-const, n - const) if s == 1 else (const - n + 1, const + 1)
         if (lo, hi) == (blo, bhi):  # the constant clip is this read's bounds
             return 0, width, read, dim, mlo[0]
     return None
+
+
+def constant_width(lo: E.Expr, hi: E.Expr, data: set[E.Var],
+           ranges: dict[E.Var, tuple[int, int]], most: int = 1024) -> int | None:
+    """``hi - lo`` when it is one constant over the data axes (affine forms compared, else
+    every combination of their values enumerated, at most ``most``), else None."""
+    lo_form, hi_form = _affine(lo, data), _affine(hi, data)
+    if lo_form is not None and hi_form is not None:
+        return hi_form[0] - lo_form[0] if lo_form[1] == hi_form[1] else None
+    names = sorted(free_vars(lo) | free_vars(hi), key=lambda u: u.name)
+    if not set(names) <= data or any(u not in ranges for u in names):
+        return None
+    count = 1
+    for u in names:
+        count *= ranges[u][1] - ranges[u][0]
+    if count > most:
+        return None
+    widths = set()
+    try:
+        for values in itertools.product(*(range(*ranges[u]) for u in names)):
+            env = dict(zip(names, values))
+            widths.add(eval_int(hi, env) - eval_int(lo, env))
+    except Exception:  # a form eval_int does not read
+        return None
+    return widths.pop() if len(widths) == 1 else None
 
 
 def _stepping_reads(factors: list[E.TensorRead], v: E.Var):
@@ -243,6 +277,32 @@ def _moving_reads(factors: list[E.TensorRead], v: E.Var, names: set[E.Var]):
             yield read, dim, (const, {u: c for u, c in coef.items() if u != v}, coef[v], n)
 
 
+def _span(e: E.Expr, ranges: dict[E.Var, tuple[int, int]],
+          most: int = 1 << 16) -> tuple[int, int] | None:
+    """The least and greatest value of ``e`` over ``ranges``: from its affine form, else by
+    enumerating the variables it uses (at most ``most`` combinations)."""
+    form = _affine(e, set(ranges))
+    if form is not None:
+        const, coef = form
+        lo = const + sum(min(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
+        hi = const + sum(max(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
+        return lo, hi
+    names = sorted(free_vars(e), key=lambda u: u.name)
+    if any(u not in ranges for u in names):
+        return None
+    count = 1
+    for u in names:
+        count *= ranges[u][1] - ranges[u][0]
+    if count > most:
+        return None
+    try:
+        values = [eval_int(e, dict(zip(names, vs)))
+                  for vs in itertools.product(*(range(*ranges[u]) for u in names))]
+    except Exception:  # a form eval_int does not read
+        return None
+    return (min(values), max(values)) if values else None
+
+
 def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
     """The zero-bordered copy of ``read``'s tensor over the index ranges the widened box
     reaches in ``dims``, and the read of it that replaces ``read``."""
@@ -254,12 +314,10 @@ def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
             shape.append(src.shape[dim])
             offsets.append(0)
             continue
-        form = _affine(idx, set(ranges))
-        if form is None or n is None:
+        span = _span(idx, ranges)
+        if span is None or n is None:
             return None, None
-        const, coef = form
-        lo = const + sum(min(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
-        hi = const + sum(max(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
+        lo, hi = span
         before, after = max(0, -lo), max(0, hi - (n - 1))
         shape.append(E.Const(n + before + after, "int64"))
         offsets.append(before)

@@ -59,9 +59,9 @@ from tecomp.stmt_functor import bound_names
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
                  host: Host | None = None, gemm: bool = True,
                  pack: bool = True, strided: bool = True) -> LoweredFunc:
-    """The CPU schedule of a lowered program: loops of one iteration dropped
-    (:func:`.flat_loops.drop_unit_loops`), the CPU loop order of reductions
-    (:func:`.sum_order.order_sums`), then with ``strided``, unit-stride reads for the
+    """The CPU schedule of a lowered program: the CPU loop order of reductions
+    (:func:`.sum_order.order_sums`), loops of one iteration dropped
+    (:func:`.flat_loops.drop_unit_loops`), then with ``strided``, unit-stride reads for the
     innermost loops (:func:`.strided.unit_stride`: exact divisions folded, strided reads from a
     polyphase copy), then with ``gemm``, triangular sums cut into rectangles per block of rows
     (:func:`.triangle.split_triangles`, with ``pack``), the guards of sums a select discards
@@ -94,7 +94,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .triangle import split_triangles
     from .unguard import reguard, unguard_sums
 
-    func = order_sums(drop_unit_loops(func))
+    func = drop_unit_loops(order_sums(func))  # the order reads lowering's own nests
     host = describe() if host is None else host
     if strided:
         func = unit_stride(func, host)

@@ -1,0 +1,156 @@
+"""Output phases of a strided window split into stages of their own (before lowering).
+
+A transposed convolution of stride 2, and the input gradient of a strided convolution, sum
+over a window whose bounds are floor divisions of the output position::
+
+    Y[b, f, y, x] = sum(X[b, c, t2, t1] * W[c, f, y - 2*t2 + 1, x - 2*t1 + 1],
+                        (c, t1 in [max(0, (x - 1) // 2), min(15, (x + 1) // 2) + 1), t2 ..))
+
+Even and odd ``x`` have different windows, so no box and no shift makes the window constant
+and the sum stays a scalar nest with one or two steps per axis.  Written per output phase
+``x = 2*xq + rx`` (the polyphase form of a transposed convolution: each phase is a stride-1
+convolution with a sub-kernel), the bounds become ``xq + (rx - 1) // 2`` and ``xq + (rx + 1)
+// 2``: a window of constant width sliding with ``xq``, which :mod:`.pad_windows` moves to
+start at 0 and :mod:`.flatten_rows` turns into an implicit GEMM.  :func:`split_phases`
+rewrites such a stage ``Y`` into ::
+
+    Y_phases[ry, rx, b, f, yq, xq] = sum(..)[y := 2*yq + ry, x := 2*xq + rx]
+    Y[b, f, y, x] = Y_phases[y % 2, x % 2, b, f, y // 2, x // 2]
+
+with every floor division and modulo by the stride in the body normalised (``(2*xq + e) //
+2 = xq + e // 2``, ``(2*xq + e) % 2 = e % 2``, exact for integers).
+
+When it applies: the stage is a ``sum`` without ``where`` whose data axes have constant
+extents; the bounds of some reduction axis hold floor divisions by a constant ``s >= 2`` of
+expressions in trailing data axes, each of whose extents ``s`` divides, and in every phase
+each such window has the same constant width (a 4-wide kernel at stride 2: two rows in each
+phase; a 3-wide one has phases of two and one and is left to the CPU's residue split); the
+phase axes go outermost (the output channel stays next to the spatial axes, as the row of
+the register tiles).  Legality: ``(ry, yq) -> s*yq + ry`` is a bijection
+onto the axis' range, so the phase stage holds exactly ``Y``'s values, permuted; the
+normalisation rules are identities on integers.
+"""
+
+from __future__ import annotations
+
+from tecomp import expr as E
+from tecomp.functor import ExprMutator, free_vars, fresh_name, make_reduce, substitute, walk
+from tecomp.tensor import ComputeOp, Tensor
+
+from .affine_forms import coefficient, lower_terms, upper_terms
+from .flatten_sum import const_int, insert_stages
+from .lower_stage import upper
+from .pad_windows import constant_width
+
+
+def split_phases(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
+                 inlined: set[int], *, max_inner: int = 64) -> list[Tensor]:
+    """Split the stages that qualify (module docstring); returns the stage list with each
+    phase stage inserted before the stage, which becomes its permuted copy."""
+    return insert_stages(stages, exprs, inlined, lambda t, body: _plan(t, body, max_inner))
+
+
+def _divisors(e: E.Expr, data: set[E.Var]) -> dict[E.Var, int]:
+    """``{x: s}`` for the floor divisions ``(.. x ..) // s`` in ``e`` over data axes ``x``."""
+    out: dict[E.Var, int] = {}
+    for n in walk(e):
+        if isinstance(n, E.FloorDiv) and isinstance(n.b, E.Const) and int(n.b.value) >= 2:
+            for v in free_vars(n.a) & data:
+                if coefficient(n.a, v) in (1, -1):
+                    out.setdefault(v, int(n.b.value))
+    return out
+
+
+def _plan(t: Tensor, body: E.Expr, max_inner: int):
+    if not (isinstance(body, E.Reduce) and body.combiner == "sum" and body.where is None):
+        return None
+    if any(isinstance(x, E.Reduce) for x in walk(body.body)) or len(t.op.axes) < 2:
+        return None
+    dext = [const_int(ax.extent) for ax in t.op.axes]
+    if None in dext or any(const_int(ax.lo) != 0 for ax in t.op.axes):
+        return None
+    data = {ax.var for ax in t.op.axes}
+    found: dict[E.Var, int] = {}
+    for ax in body.axes:
+        for b in lower_terms(ax.lo) + upper_terms(upper(ax.lo, ax.extent)):
+            for v, s in _divisors(b, data).items():
+                found.setdefault(v, s)
+    if not found:
+        return None
+    pos = {ax.var: n for n, ax in enumerate(t.op.axes)}
+    split = sorted(found, key=lambda v: pos[v])
+    first = pos[split[0]]
+    if [pos[v] for v in split] != list(range(first, len(t.op.axes))):
+        return None  # only trailing spatial axes
+    if any(dext[pos[v]] % found[v] or dext[pos[v]] // found[v] >= max_inner for v in split):
+        return None
+    names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
+    phases, quots, at = [], [], {}
+    for v in split:
+        s = found[v]
+        r = E.Var(fresh_name(f"{v.name}r", names), v.dtype)
+        names.add(r.name)
+        q = E.Var(fresh_name(f"{v.name}q", names), v.dtype)
+        names.add(q.name)
+        phases.append(E.IterVar(r, E.Const(0, v.dtype), E.Const(s, v.dtype), "data"))
+        quots.append(E.IterVar(q, E.Const(0, v.dtype), E.Const(dext[pos[v]] // s, v.dtype),
+                               "data"))
+        at[v] = E.add(E.mul(E.Const(s, v.dtype), q), r)
+    lead = t.op.axes[:first]
+    # the phases outermost: the row the register tiles run over (an output channel) stays
+    # next to the flattened spatial axes
+    axes = tuple(phases) + tuple(lead) + tuple(quots)
+    norm = _Normalise({q.var: found[v] for q, v in zip(quots, split)})
+    raxes = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, at)),
+                            norm.visit(substitute(ax.extent, at)), ax.kind) for ax in body.axes)
+    ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
+    for ax in raxes:  # every window split must have one width in all phases
+        if not free_vars(ax.lo) | free_vars(ax.extent):
+            continue
+        los, his = lower_terms(ax.lo), upper_terms(upper(ax.lo, ax.extent))
+        moving = ([x for x in los if free_vars(x)], [x for x in his if free_vars(x)])
+        if len(moving[0]) != 1 or len(moving[1]) != 1 or constant_width(
+                moving[0][0], moving[1][0], set(ranges), ranges) is None:
+            return None  # a 3-wide kernel at stride 2: phases of 2 and 1 rows
+    summand = norm.visit(substitute(body.body, at))
+    total = make_reduce("sum", summand, raxes, None, body.dtype)
+    stage = Tensor(f"{t.name}_phases", tuple(ax.extent for ax in axes), t.dtype,
+                   ComputeOp(axes, total))
+    index = tuple(E.mod(v, E.Const(found[v], v.dtype)) for v in split)
+    index += tuple(ax.var for ax in lead)
+    index += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
+    return [stage], E.TensorRead(stage, index, t.dtype)
+
+
+class _Normalise(ExprMutator):
+    """``(s*q + e) // s -> q + e // s`` and ``(s*q + e) % s -> e % s`` for the quotient
+    variables ``q`` of stride ``s`` (exact on integers)."""
+
+    def __init__(self, strides: dict[E.Var, int]) -> None:
+        super().__init__()
+        self.strides = strides
+
+    def visit_FloorDiv(self, e: E.FloorDiv) -> E.Expr:
+        return self._div(e, super().visit_FloorDiv(e), True)
+
+    def visit_Mod(self, e: E.Mod) -> E.Expr:
+        return self._div(e, super().visit_Mod(e), False)
+
+    def _div(self, old: E.Expr, e: E.Expr, quotient: bool) -> E.Expr:
+        if not isinstance(e, (E.FloorDiv, E.Mod)) or not isinstance(e.b, E.Const):
+            return e
+        s = int(e.b.value)
+        moved: E.Expr | None = None
+        rest = e.a
+        for q, stride in self.strides.items():
+            c = coefficient(e.a, q)
+            if c is None or c == 0 or c % s or stride != s:
+                continue
+            rest = substitute(rest, {q: E.Const(0, q.dtype)})
+            term = E.mul(E.Const(c // s, q.dtype), q) if c // s != 1 else q
+            moved = term if moved is None else E.add(moved, term)
+        if moved is None:
+            return e
+        if not quotient:
+            return E.mod(rest, e.b)
+        return E.add(moved, E.floordiv(rest, e.b))
