@@ -65,10 +65,11 @@ from tecomp.scan_op import ScanOp
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .absorb_crop import absorb_crops
+from .checkpoint_plan import find_checkpointed
 from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
-from .lower_checkpoint import find_checkpointed, lower_checkpointed
+from .lower_checkpoint import lower_checkpointed
 from .lower_scan import lower_scan
 from .lower_stage import (
     AllocMark,
