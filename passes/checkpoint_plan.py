@@ -188,6 +188,7 @@ class _PinReads(ExprMutator):
     def __init__(self, plan: Plan) -> None:
         super().__init__()
         self.plan, self.all_constant = plan, True
+        self.new: dict[tuple[int, int], Pin] = {}  # pins kept only when all reads are
 
     def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
         out = super().visit_TensorRead(e)
@@ -199,12 +200,12 @@ class _PinReads(ExprMutator):
             self.all_constant = False
             return out
         row = f.get(1, 0)
-        pin = self.plan.pins.get((id(w), row))
+        pin = self.plan.pins.get((id(w), row)) or self.new.get((id(w), row))
         if pin is None:
             t = w.tensor
             alias = Tensor(f"{t.name}_row{row}", (iconst(1),) + tuple(t.shape[1:]), t.dtype,
                            PlaceholderOp())
-            pin = self.plan.pins[(id(w), row)] = Pin(w, row, alias)
+            pin = self.new[(id(w), row)] = Pin(w, row, alias)
         return E.TensorRead(pin.alias, (iconst(0),) + tuple(out.indices[1:]), out.dtype)
 
 
@@ -345,6 +346,7 @@ def plan_program(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
         pinned = _PinReads(plan)
         body = pinned.visit(_body(t, exprs))
         if pinned.all_constant:  # reads constant rows only: after the sweeps, from copies
+            plan.pins.update(pinned.new)
             exprs[id(t)] = (body,)
             kinds[id(t)] = "post"
             continue
