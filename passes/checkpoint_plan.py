@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from tecomp import expr as E
 from tecomp.errors import LoweringError
-from tecomp.functor import ExprMutator, make_reduce, tensor_reads
+from tecomp.functor import ExprMutator, make_reduce, tensor_reads, topo_order
 from tecomp.loopir import Buffer
 from tecomp.scan import linear_form, time_offset
 from tecomp.scan_op import Scan, ScanOp
@@ -105,30 +105,25 @@ def find_checkpointed(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]]
                        "of a gather from a state); checkpointing does not lower step scatters")
     side = {id(x) for x in adj.outputs} | {id(m) for m in stages
                                            if isinstance(m.op, ScanOp) and m.op.scan is adj}
-    read: list[Scan] = []
-
-    def note(src: Tensor) -> None:
-        if isinstance(src.op, ScanOp) and not src.op.scan.reverse and not any(
-                src.op.scan is r for r in read):
-            read.append(src.op.scan)
-
+    roots: list[Tensor] = list(adj.outer)  # what the adjoint's side reads, transitively
     for b in adj.body:
-        for r in tensor_reads(b.op.body):
-            note(r.tensor)
-    for x in adj.outer:
-        note(x)
+        roots.extend(r.tensor for r in tensor_reads(b.op.body))
     for t in stages:
         if isinstance(t.op, ScanOp):
             continue
         srcs = [r.tensor for e in exprs.get(id(t), ()) for r in tensor_reads(e)]
         if any(id(x) in side for x in srcs):
             side.add(id(t))
-            for x in srcs:
-                note(x)
+            roots.extend(srcs)
+    read: list[Scan] = []
+    for x in topo_order(roots):
+        if isinstance(x.op, ScanOp) and not x.op.scan.reverse and not any(
+                x.op.scan is r for r in read):
+            read.append(x.op.scan)
     if len(read) > 1:
         names = ", ".join(repr(s.name) for s in read)
         raise refuse(f"the gradient reads the scans {names}; checkpointing recomputes one "
-                   "forward scan (the gradient of one tc.scan)")
+                     "forward scan (the gradient of one tc.scan)")
     return (read[0] if read else None), adj, int(adj.state[0].attrs[CHECKPOINT_ATTR])
 
 
@@ -374,11 +369,13 @@ def plan_program(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
         if kinds[id(t)] in ("Ftl", "Atl", "S", "adj"):
             for r in (r for e in exprs.get(id(t), ()) for r in tensor_reads(e)):
                 if kinds.get(id(r.tensor)) in ("sum", "post"):
-                    raise refuse(f"{t.name!r} reads {r.tensor.name!r}, a sum over all steps, "
-                               "inside the steps")
+                    raise refuse(f"{t.name!r} reads {r.tensor.name!r} inside the steps, but "
+                                 f"{r.tensor.name!r} is complete only after the reverse "
+                                 "sweep (a sum over t, or computed from one)")
     for x in adj.outer:
         if kinds.get(id(x)) in ("sum", "post"):
-            raise refuse(f"the adjoint step reads {x.name!r}, a sum over all steps")
+            raise refuse(f"the adjoint step reads {x.name!r}, which needs a sum over all the "
+                         "steps (complete only after the reverse sweep)")
     _size(plan, stages, exprs)
     return plan
 

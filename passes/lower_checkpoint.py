@@ -31,6 +31,8 @@ are outside the class this lowers).
 
 from __future__ import annotations
 
+import re
+
 from tecomp import expr as E
 from tecomp.functor import ExprMutator, substitute
 from tecomp.loopir import Buffer, BufferLoad, For, IfThenElse, LetStmt, Stmt, Store
@@ -369,8 +371,6 @@ class _Restrict(ExprMutator):
 
 
 def _ident(name: str) -> str:
-    import re
-
     s = re.sub(r"[^A-Za-z0-9_]", "_", name or "t")
     return s if s and not s[0].isdigit() else "_" + s
 

@@ -161,3 +161,20 @@ def test_programs_outside_the_class_raise(name, why, rng):
         tc.build(grads, list(c.arrays))
     # the same gradient without checkpointing builds
     tc.build(tc.gradient(c.output, c.inputs), list(c.arrays))
+
+
+def test_a_sum_over_t_read_inside_the_steps_raises():
+    """``y[t] = S[t] * Σ_r S[r]``: the adjoint's head needs a sum over every step of the
+    forward values, which the segment-by-segment sweep does not have when it needs it (the
+    plain gradient builds, and the checkpointed one does not fall back to keeping T rows)."""
+    X = tc.placeholder((6, 3), name="X", dtype="float64")
+    st = tc.placeholder((6, 3), name="st", dtype="float64")
+    S = tc.scan(tc.compute((1, 3), lambda _, i: X[0, i], name="i0"),
+                tc.compute((6, 3), lambda t, i: tc.sin(st[t - 1, i]) + X[t, i], name="u"),
+                st, name="sc")
+    r = tc.reduce_axis(6, name="r")
+    m = tc.compute((3,), lambda i: tc.sum(S[r, i], axis=r), name="m")
+    y = tc.compute((6, 3), lambda t, i: S[t, i] * m[i], name="y")
+    with pytest.raises(tc.LoweringError, match="needs a sum over all the steps"):
+        tc.build(tc.gradient(y, [X], checkpoint=2), [X])
+    tc.build(tc.gradient(y, [X]), [X])
