@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from tecomp import expr as E
 from tecomp.errors import LoweringError
-from tecomp.functor import ExprMutator, make_reduce, tensor_reads, topo_order
+from tecomp.functor import ExprMutator, make_reduce, tensor_reads, topo_order, walk
 from tecomp.loopir import Buffer
 from tecomp.scan import linear_form, time_offset
 from tecomp.scan_op import Scan, ScanOp
@@ -128,10 +128,11 @@ def find_checkpointed(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]]
 
 
 class _FixRows(ExprMutator):
-    """Inside ``select(t == c, x, y)``: a read at the constant row ``c'`` of a windowed tensor
-    in ``x`` becomes a read at ``t + (c' - c)`` (the same element where ``x`` is taken)."""
+    """Inside ``select(t == c, x, y)``: a read at row ``c'`` of a windowed tensor in ``x``,
+    ``c' - c`` a constant, becomes a read at ``t + (c' - c)`` (the same element where ``x`` is
+    taken); ``c`` is free of ``t`` (``T - 1``, say)."""
 
-    def __init__(self, t: E.Var, ids: set[int], c: int | None = None) -> None:
+    def __init__(self, t: E.Var, ids: set[int], c: E.Expr | None = None) -> None:
         super().__init__()
         self.t, self.ids, self.c = t, ids, c
 
@@ -159,62 +160,67 @@ class _FixRows(ExprMutator):
         out = super().visit_TensorRead(e)
         if self.c is None or id(e.tensor) not in self.ids:
             return out
-        f = linear_form(out.indices[0])
+        f = linear_form(E.sub(out.indices[0], self.c))
         if f is None or set(f) - {1}:
             return out
-        row = E.add(self.t, iconst(f.get(1, 0) - self.c))
+        row = E.add(self.t, iconst(f.get(1, 0)))
         return E.TensorRead(out.tensor, (row,) + tuple(out.indices[1:]), out.dtype)
 
 
 @dataclass
 class Pin:
-    """Row ``row`` of a windowed tensor, copied out when its segment is computed."""
+    """Row ``row`` (free of the stage's axes) of a windowed tensor, copied out when its
+    segment is computed."""
 
     win: Win
-    row: int
+    row: E.Expr
     alias: Tensor
     buf: Buffer | None = None
 
 
 class _PinReads(ExprMutator):
-    """Reads of windowed tensors at constant rows become reads of pinned row copies;
-    ``all_constant`` says whether every windowed read was one."""
+    """Reads of windowed tensors at fixed rows (affine in sizes only, free of ``local``: the
+    stage's axes) become reads of pinned row copies; ``all_constant`` says whether every
+    windowed read was one."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, local: set[E.Var]) -> None:
         super().__init__()
-        self.plan, self.all_constant = plan, True
-        self.new: dict[tuple[int, int], Pin] = {}  # pins kept only when all reads are
+        self.plan, self.local, self.all_constant = plan, local, True
+        self.new: dict[tuple[int, E.Expr], Pin] = {}  # kept only when all reads are fixed
 
     def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
         out = super().visit_TensorRead(e)
         w = self.plan.wins.get(id(e.tensor))
         if w is None:
             return out
-        f = linear_form(out.indices[0])
-        if f is None or set(f) - {1}:
+        row = out.indices[0]
+        f = linear_form(row)
+        if f is None or set(f) & self.local:
             self.all_constant = False
             return out
-        row = f.get(1, 0)
         pin = self.plan.pins.get((id(w), row)) or self.new.get((id(w), row))
         if pin is None:
             t = w.tensor
-            alias = Tensor(f"{t.name}_row{row}", (iconst(1),) + tuple(t.shape[1:]), t.dtype,
+            n = len(self.plan.pins) + len(self.new)
+            alias = Tensor(f"{t.name}_row{n}", (iconst(1),) + tuple(t.shape[1:]), t.dtype,
                            PlaceholderOp())
             pin = self.new[(id(w), row)] = Pin(w, row, alias)
         return E.TensorRead(pin.alias, (iconst(0),) + tuple(out.indices[1:]), out.dtype)
 
 
-def _fixed_row(cond: E.Expr, t: E.Var) -> int | None:
-    """``c`` when ``cond`` (or a conjunct of it) is ``t == c``."""
+def _fixed_row(cond: E.Expr, t: E.Var) -> E.Expr | None:
+    """``c`` (free of ``t``) when ``cond`` (or a conjunct of it) is ``t == c``."""
     if isinstance(cond, E.And):
         return _fixed_row(cond.a, t) if _fixed_row(cond.a, t) is not None else \
             _fixed_row(cond.b, t)
     if not isinstance(cond, E.EQ):
         return None
-    f = linear_form(E.sub(cond.a, cond.b))
-    if f is None or set(f) - {1, t} or f.get(t, 0) not in (1, -1):
+    d = E.sub(cond.a, cond.b)
+    f = linear_form(d)
+    if f is None or f.get(t, 0) not in (1, -1):
         return None
-    return -f.get(1, 0) * f[t]
+    rest = E.sub(d, E.mul(iconst(f[t]), t))  # f[t] t + rest == 0
+    return E.neg(rest) if f[t] == 1 else rest
 
 
 def _body(t: Tensor, exprs: dict[int, tuple[E.Expr, ...]]) -> E.Expr:
@@ -338,32 +344,22 @@ def plan_program(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
         if not srcs & set(plan.wins):
             kinds[id(t)] = "post"
             continue
-        pinned = _PinReads(plan)
-        body = pinned.visit(_body(t, exprs))
-        if pinned.all_constant:  # reads constant rows only: after the sweeps, from copies
-            plan.pins.update(pinned.new)
-            exprs[id(t)] = (body,)
-            kinds[id(t)] = "post"
+        # an adjoint value read at fixed rows only is complete after the sweeps (an init's
+        # gradient); a forward value can be recomputed in any segment, so it is tried step by
+        # step first (a head that reads the last state only, select(t == T - 1, S[T - 1]))
+        tries = (_pinned, _time_local) if kind == "A" else (_time_local, _pinned)
+        if any(f(t, exprs, plan) for f in tries):
             continue
-        tv = t.op.axes[0].var if t.ndim else None
-        if tv is not None:
-            fixed = _FixRows(tv, set(plan.wins)).visit(_body(t, exprs))
-            reads = [r for r in tensor_reads(fixed) if id(r.tensor) in plan.wins]
-            if all(time_offset(r.indices[0], tv) is not None for r in reads):
-                exprs[id(t)] = (fixed,)
-                kinds[id(t)] = "Atl" if kind == "A" else "Ftl"
-                plan.wins[id(t)] = Win(t, kind[0])
-                continue
         terms = sum_terms(_body(t, exprs), plan)
         if terms is None:
             raise refuse(f"the stage {t.name!r} reads the scan's values neither step by step "
-                       "(its first axis the time, reads at t + d), nor at constant rows only, "
-                       "nor in sums over t (a linear combination of them)")
+                         "(its first axis the time, reads at t + d), nor at fixed rows only, "
+                         "nor in sums over t (a linear combination of them)")
         for _, ax in terms:
-            if not (provably_le(iconst(0), ax.lo) and all(provably_le(E.add(ax.lo, x), T)
-                                              for x in _arms(ax.extent))):
+            if not (provably_le(iconst(0), ax.lo)
+                    and all(provably_le(E.add(ax.lo, x), T) for x in _arms(ax.extent))):
                 raise refuse(f"a sum over time in {t.name!r} runs over rows [{ax.lo}, "
-                           f"{ax.lo} + {ax.extent}), not inside [0, {T})")
+                             f"{ax.lo} + {ax.extent}), not inside [0, {T})")
         kinds[id(t)] = "sum"
     for t in stages:
         if kinds[id(t)] in ("Ftl", "Atl", "S", "adj"):
@@ -378,6 +374,38 @@ def plan_program(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
                          "steps (complete only after the reverse sweep)")
     _size(plan, stages, exprs)
     return plan
+
+
+def _pinned(t: Tensor, exprs: dict[int, tuple[E.Expr, ...]], plan: Plan) -> bool:
+    """Classify ``t`` as computed after the sweeps from pinned rows, if it reads windowed
+    tensors at fixed rows only."""
+    local = {a.var for a in t.op.axes} | {a.var for x in walk(_body(t, exprs))
+                                          if isinstance(x, E.Reduce) for a in x.axes}
+    pinned = _PinReads(plan, local)
+    body = pinned.visit(_body(t, exprs))
+    if not pinned.all_constant:
+        return False
+    plan.pins.update(pinned.new)
+    exprs[id(t)] = (body,)
+    plan.kind[id(t)] = "post"
+    return True
+
+
+def _time_local(t: Tensor, exprs: dict[int, tuple[E.Expr, ...]], plan: Plan) -> bool:
+    """Classify ``t`` as time-local (a window), if it reads windowed tensors at ``t + d``
+    (after :class:`_FixRows`)."""
+    if not t.ndim:
+        return False
+    tv = t.op.axes[0].var
+    fixed = _FixRows(tv, set(plan.wins)).visit(_body(t, exprs))
+    reads = [r for r in tensor_reads(fixed) if id(r.tensor) in plan.wins]
+    if not all(time_offset(r.indices[0], tv) is not None for r in reads):
+        return False
+    kind = plan.kind[id(t)]
+    exprs[id(t)] = (fixed,)
+    plan.kind[id(t)] = "Atl" if kind == "A" else "Ftl"
+    plan.wins[id(t)] = Win(t, kind)
+    return True
 
 
 def _size(plan: Plan, stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]]) -> None:

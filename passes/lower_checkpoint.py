@@ -315,10 +315,11 @@ class _Emitter:
             if kind in ("Ftl", "Atl", "adj") and id(t) in self.outs:
                 items.append(self.to_output(t))
         for pin in plan.pins.values():  # every window holds rows [a, b) here
-            c = _c(pin.row)
+            c = pin.row
             inside = E.logical_and(E.compare(E.LE, a, c), E.compare(E.LT, c, b))
-            items.append(IfThenElse(inside, _copy(ctx, pin.buf, _c(-pin.row), pin.win.buf,
-                                                  E.sub(_c(0), self.base), (c, E.add(c, _c(1))))))
+            copy = _copy(ctx, pin.buf, E.neg(c), pin.win.buf, E.sub(_c(0), self.base),
+                         (c, E.add(c, _c(1))))
+            items.append(IfThenElse(inside, copy))
         for w in carried:
             items.append(_copy(ctx, w.carry, _c(0), w.buf, _c(self.LO), (_c(0), _c(plan.carry))))
         return block(items)

@@ -178,3 +178,22 @@ def test_a_sum_over_t_read_inside_the_steps_raises():
     with pytest.raises(tc.LoweringError, match="needs a sum over all the steps"):
         tc.build(tc.gradient(y, [X], checkpoint=2), [X])
     tc.build(tc.gradient(y, [X]), [X])
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_loss_on_the_last_state(symbolic):
+    """``loss = Σ_i S[T - 1, i]²``: the head reads one row (``select(t == T - 1, S[T - 1])``),
+    recomputed in the segment that holds it; T a constant or a size variable."""
+    T = tc.var("m") if symbolic else 7
+    X = tc.placeholder((T, 3), name="X", dtype="float64")
+    st = tc.placeholder((T, 3), name="st", dtype="float64")
+    S = tc.scan(tc.compute((1, 3), lambda _, i: X[0, i], name="i0"),
+                tc.compute((T, 3), lambda t, i: tc.sin(st[t - 1, i]) + X[t, i], name="u"),
+                st, name="sc")
+    r = tc.reduce_axis(3, name="r")
+    loss = tc.compute((), lambda: tc.sum(S[T - 1, r] * S[T - 1, r], axis=r), name="loss")
+    x = np.random.default_rng(2).standard_normal((7, 3))
+    (want,) = tc.evaluate(tc.gradient(loss, [X]), {X: x})
+    for k in (2, 3, 7):
+        (got,) = tc.build(tc.gradient(loss, [X], checkpoint=k), [X])(x)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
