@@ -73,8 +73,10 @@ class Plan:
     adj: Scan
     k: int
     wins: dict[int, Win] = field(default_factory=dict)  # id(tensor) -> its window
-    kind: dict[int, str] = field(default_factory=dict)  # id(stage) -> pre/S/A/F/tl/sum/post
-    pins: dict[tuple[int, int], Pin] = field(default_factory=dict)
+    # id(stage) -> "pre" (before the sweeps), "S" / "adj" (a member of the forward scan / the
+    # adjoint), "Ftl" / "Atl" (time-local, forward / adjoint values), "sum", "post" (after)
+    kind: dict[int, str] = field(default_factory=dict)
+    pins: dict[tuple[int, E.Expr], Pin] = field(default_factory=dict)
     lag: int = 0
     carry: int = 0
 
@@ -315,6 +317,11 @@ def plan_program(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
         if isinstance(t.op, ScanOp):
             sc = t.op.scan
             kinds[id(t)] = "S" if sc is fwd else ("adj" if sc is adj else "pre")
+            if kinds[id(t)] == "pre" and any(kinds.get(id(x), "pre") != "pre"
+                                             for x in sc.outer):
+                raise refuse(f"the scan {sc.name!r} reads values of the scan that "
+                             f"{adj.name!r} differentiates; checkpointing lowers one scan and "
+                             "its gradient")
             continue
         srcs = [r.tensor for e in exprs[id(t)] for r in tensor_reads(e)]
         ks = {kinds.get(id(s), "pre") for s in srcs}
