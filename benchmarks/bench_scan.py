@@ -6,6 +6,9 @@ interleaved round-robin (every contender once per round), medians in ms (float32
 
 * ``tecomp``           -- ``tc.scan`` forward; ``tc.gradient`` (the adjoint reverse scan), built
   for the LLVM target;
+* ``tecomp k=10``      -- the same gradient with ``checkpoint=10`` (every 10th state stored, each
+  segment recomputed): its time and the bytes of the buffers it allocates beside the plain
+  one's (``--checkpoint`` sets k);
 * ``torch loop``       -- a Python loop over ``torch.tanh(h @ W.T + x[t] @ U.T + b)``; backward
   by autograd;
 * ``torch nn.RNN``     -- ``torch.nn.RNN(tanh)`` with the same weights (one bias set to zero);
@@ -31,7 +34,7 @@ import numpy as np
 import tecomp as tc
 
 
-def tecomp_rnn(T: int, B: int, H: int, I: int):  # noqa: E741
+def tecomp_rnn(T: int, B: int, H: int, I: int, checkpoint: int | None = None):  # noqa: E741
     X = tc.placeholder((T, B, I), name="x")
     W = tc.placeholder((H, H), name="W")
     U = tc.placeholder((H, I), name="U")
@@ -45,9 +48,10 @@ def tecomp_rnn(T: int, B: int, H: int, I: int):  # noqa: E741
         tc.sum(W[i, j] * st[t - 1, n, j], axis=j) + xin[t, n, i]), name="step")
     h0 = tc.compute((1, B, H), lambda s, n, i: tc.tanh(xin[0, n, i]), name="h0")
     h = tc.scan(h0, step, st, name="rnn")
-    grads = tc.gradient(h, [X, W, U, b], G)
+    grads = tc.gradient(h, [X, W, U, b], G, checkpoint=checkpoint)
     fwd = tc.build(h, [X, W, U, b])
     bwd = tc.build(grads, [X, W, U, b, G])
+    bwd.temp_bytes = tc.cost(grads, [X, W, U, b, G]).bytes  # the buffers the gradient allocates
     return fwd, bwd
 
 
@@ -138,6 +142,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     ap.add_argument("--inputs", type=int, default=64)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--checkpoint", type=int, default=10,
+                    help="k of the checkpointed tecomp gradient timed beside the plain one")
     ap.add_argument("--quick", action="store_true", help="batch 4, hidden 32, 20 steps")
     args = ap.parse_args(argv)
     if args.quick:
@@ -155,8 +161,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     ref = numpy_reference(x, W, U, b, g)
     got = fwd(x, W, U, b)
     assert np.max(np.abs(got - ref)) < 1e-3, "tecomp forward disagrees with NumPy"
-    contenders = {"tecomp": (lambda: fwd(x, W, U, b), lambda: bwd(x, W, U, b, g))}
+    _, ckpt = tecomp_rnn(T, B, H, I, checkpoint=args.checkpoint)
+    contenders = {"tecomp": (lambda: fwd(x, W, U, b), lambda: bwd(x, W, U, b, g)),
+                  f"tecomp k={args.checkpoint}": (lambda: fwd(x, W, U, b),
+                                                  lambda: ckpt(x, W, U, b, g))}
     tgrads = bwd(x, W, U, b, g)
+    for a, c in zip(tgrads, ckpt(x, W, U, b, g)):
+        assert np.max(np.abs(a - c)) <= 1e-4 * max(1.0, np.max(np.abs(a))), (
+            "the checkpointed gradient disagrees")
     for peers in (torch_contenders(x, W, U, b, g), jax_contenders(x, W, U, b, g)):
         for name, (f, gr) in peers.items():
             out = np.asarray(f())
@@ -185,6 +197,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         print(f"  {name:14s}  forward {m['forward']:8.2f} ({m['forward'] / best['forward']:.2f}x "
               f"best)   gradient {m['gradient']:8.2f} "
               f"({m['gradient'] / best['gradient']:.2f}x best)")
+    mib = 1 / (1 << 20)
+    print(f"  tecomp gradient, checkpoint=None vs checkpoint={args.checkpoint}: "
+          f"{med['tecomp']['gradient']:.2f} vs "
+          f"{med[f'tecomp k={args.checkpoint}']['gradient']:.2f} ms; buffers allocated "
+          f"(all live at once: the peak) {bwd.temp_bytes * mib:.2f} vs "
+          f"{ckpt.temp_bytes * mib:.2f} MiB")
     return med
 
 

@@ -65,9 +65,11 @@ from tecomp.scan_op import ScanOp
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .absorb_crop import absorb_crops
+from .checkpoint_plan import find_checkpointed
 from .flatten_rows import flatten_rows
 from .flatten_sum import flatten_sums
 from .inline import inline_stages
+from .lower_checkpoint import lower_checkpointed
 from .lower_scan import lower_scan
 from .lower_stage import (
     AllocMark,
@@ -267,6 +269,11 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
     keep = {id(t) for t in outs} | {id(x) for t in stages if isinstance(t.op, ScanOp)
                                     for x in t.op.scan.outer}
     exprs, inlined = inline_stages(stages, keep=keep)
+    live = [t for t in stages if id(t) not in inlined]
+    found = find_checkpointed(live, exprs)
+    if found is not None:  # tc.gradient(checkpoint=k): the time loop tiled (no crops/flattening)
+        items = lower_checkpointed(ctx, live, exprs, found, {id(t) for t in outs})
+        return _finish(ctx, items, copies, outs, name, in_bufs, out_bufs, param_list), data
     absorb_crops(stages, exprs, inlined, keep=keep)
     scans_done: set[int] = set()
     stages = pad_windows(split_phases(stages, exprs, inlined), exprs, inlined)
@@ -294,11 +301,15 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
             continue
         assert isinstance(t.op, ComputeOp)
         items.append(lower_stage(ctx, buf.name, t.op.axes, exprs[id(t)][0], buf))
+    return _finish(ctx, items, copies, outs, name, in_bufs, out_bufs, param_list), data
+
+
+def _finish(ctx: Context, items: list, copies: list, outs: list[Tensor], name: str | None,
+            in_bufs: list[Buffer], out_bufs: list[Buffer], param_list: list) -> LoweredFunc:
     for t, dst in copies:
         items.append(fill(dst, ctx.buffers[id(t)], ctx.params))
     fname = _ident(name) if name else _ident(outs[0].name)
-    func = LoweredFunc(fname, tuple(in_bufs), tuple(out_bufs), tuple(param_list), block(items))
-    return func, data
+    return LoweredFunc(fname, tuple(in_bufs), tuple(out_bufs), tuple(param_list), block(items))
 
 
 def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,

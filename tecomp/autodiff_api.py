@@ -20,7 +20,8 @@ Override = Callable[[Tensor, list[Tensor], Tensor], Sequence[Any]]
 
 def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | None = None,
              *, optimize: bool = True,
-             overrides: Mapping[Tensor | str, Override] | None = None) -> list[Tensor]:
+             overrides: Mapping[Tensor | str, Override] | None = None,
+             checkpoint: int | None = None) -> list[Tensor]:
     """The adjoints ``head · ∂output/∂input`` of each input (reverse mode).
 
     ``head`` is a float tensor of ``output``'s shape and dtype (None: ones, i.e. the gradient
@@ -42,8 +43,15 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     takes precedence over a tag.  The contributions of ``out``'s other consumers and the rest
     of the graph are differentiated as usual.
 
+    ``checkpoint=k`` (a graph with one ``tc.scan``) lowers the gradient with checkpointing:
+    the forward pass stores every k-th state, the reverse pass recomputes each segment of k
+    steps, so the scan's values take O(T/k + k) rows instead of T; the results are the same.
+    The class of programs it lowers, and the error for the others, are in
+    docs/recurrences.md ("Checkpointing").  The LLVM target only (CUDA raises).
+
     Raises :class:`~tecomp.errors.DifferentiationError` for a non-float output, an integer or
-    non-tensor input, or a head of the wrong shape or dtype.
+    non-tensor input, a head of the wrong shape or dtype, or a ``checkpoint`` that is not a
+    positive int or finds no scan.
 
     Example::
 
@@ -64,10 +72,14 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     else:
         _check_head(head, output)
     _check_overrides(overrides)
+    _check_checkpoint(checkpoint, output)
     check_forward_bounds(output)
     from .pipeline import differentiate
 
-    return differentiate(output, ins, head, overrides=overrides, optimize=optimize)
+    grads = differentiate(output, ins, head, overrides=overrides, optimize=optimize)
+    if checkpoint is not None:
+        _mark_checkpoint(grads, checkpoint)
+    return grads
 
 
 def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
@@ -119,6 +131,31 @@ def check_forward_bounds(output: Tensor) -> None:
             return
         bounds_checked(func, check_bounds=False)
 
+
+
+def _check_checkpoint(k: Any, output: Tensor) -> None:
+    if k is None:
+        return
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise DifferentiationError(
+            f"tc.gradient: checkpoint must be a positive int (steps per segment), got {k!r}")
+    if not _has_scan(output):
+        raise DifferentiationError(
+            f"tc.gradient: checkpoint={k} needs a tc.scan below {output.name!r}; the graph "
+            "has none")
+
+
+def _mark_checkpoint(grads: list[Tensor], k: int) -> None:
+    """Record ``k`` on the adjoint scans of ``grads`` (their state placeholders), which the
+    lowering reads (:mod:`tecomp.passes.lower_checkpoint`)."""
+    from .functor import topo_order
+    from .scan import CHECKPOINT_ATTR
+    from .scan_op import ScanOp
+
+    for t in topo_order(list(grads)):
+        if isinstance(t.op, ScanOp) and t.op.scan.reverse:
+            for s in t.op.scan.state:
+                s.attrs[CHECKPOINT_ATTR] = k
 
 
 def _has_scan(output: Tensor) -> bool:

@@ -154,6 +154,20 @@ def check_target(target_name: Any) -> None:
                           f"{', '.join(map(repr, TARGETS))}")
 
 
+def check_checkpoint_target(outputs: Sequence[Tensor], target_name: str) -> None:
+    """Raise :class:`~tecomp.errors.TecompError` for a gradient built with ``checkpoint=k``
+    and a target other than the CPU: the checkpointed lowering's nested time loops have no
+    GPU schedule."""
+    from .errors import TecompError
+    from .scan import checkpoint_of
+
+    if target_name != "llvm" and checkpoint_of(outputs) is not None:
+        raise TecompError(
+            f"a gradient built with checkpoint=k runs on the CPU (target 'llvm') only, not on "
+            f"target {target_name!r}; for {target_name!r} build the gradient without "
+            "checkpoint=")
+
+
 def scheduled(func: LoweredFunc, target_name: str, *, check_bounds: bool = True) -> LoweredFunc:
     """``func`` as the target compiles it: bounds-checked, then scheduled (for CUDA, the loop
     IR the GPU schedule cuts into kernels)."""
@@ -196,6 +210,7 @@ def build(outputs: Sequence[Tensor], inputs: Sequence[Any], *, target_name: str 
           name: str | None = None, check_bounds: bool = True, single: bool = False) -> Any:
     """A kernel for ``outputs``: every pass in order, then the target's code generator."""
     check_target(target_name)
+    check_checkpoint_target(outputs, target_name)
     func, constants, bounds = loop_program(outputs, inputs, target_name=target_name,
                                            name=name, check_bounds=check_bounds)
     tgt = target(target_name)                                          # schedule + codegen

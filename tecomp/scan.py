@@ -41,6 +41,8 @@ from .scan_op import Scan, ScanOp
 from .tensor import ComputeOp, ScatterOp, Tensor
 
 STATE_ATTR = "scan_state_of"
+#: on the state placeholders of an adjoint (reverse) scan: ``k`` of ``tc.gradient(checkpoint=k)``
+CHECKPOINT_ATTR = "checkpoint"
 
 
 def is_scan(t: Tensor) -> bool:
@@ -339,6 +341,16 @@ def scan(init: Tensor | Sequence[Tensor], update: Tensor | Sequence[Tensor],
                 "states are read only by the update")
     outs = make_scan(name, inits, updates, states)
     return outs[0] if single else outs
+
+
+def checkpoint_of(roots: Sequence[Tensor]) -> int | None:
+    """``k`` when a scan below ``roots`` is an adjoint built by ``tc.gradient(checkpoint=k)``."""
+    for t in topo_order(list(roots)):
+        if isinstance(t.op, ScanOp):
+            k = t.op.scan.state[0].attrs.get(CHECKPOINT_ATTR)
+            if k is not None:
+                return int(k)
+    return None
 
 
 def check_not_state(t: Tensor, reader: Tensor | None) -> None:

@@ -42,8 +42,10 @@ only its direct contribution (the enclosing reverse pass carries the rest).  A g
 state (``state[t - 1, perm[i]]``) gives a scatter into the state's adjoint row, which the
 adjoint scan runs as a step scatter (:func:`tecomp.scan.row_scatter`).
 
-The scan's derivative is O(T) in time; it stores every forward state (a ``checkpoint`` option
-is not implemented: docs/recurrences.md says what it needs).
+The scan's derivative is O(T) in time; as built here it reads every forward state back.
+``tc.gradient(..., checkpoint=k)`` marks the adjoint scan, and lowering then tiles the time
+loop of the whole gradient program (:mod:`tecomp.passes.lower_checkpoint`): every k-th state
+stored, each segment recomputed, O(T/k + k) rows.
 """
 
 from __future__ import annotations
