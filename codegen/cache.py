@@ -51,6 +51,13 @@ def structural_digest(func: LoweredFunc) -> str:
     return digest
 
 
+def remember_digest(func: LoweredFunc, digest: str) -> None:
+    """Take ``digest`` as :func:`structural_digest` of ``func`` (a program decoded from an
+    entry that recorded the digest of the program it was written from, which decodes to the
+    same structure): the next key of ``func`` skips the walk."""
+    _last_digest[0] = (func, digest)
+
+
 def structural_lines(root: Any) -> list[str]:
     """A text of ``root`` listing every distinct node once, children by number.
 

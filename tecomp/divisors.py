@@ -43,6 +43,8 @@ def size_divisors(roots: Iterable[Any], sizes: Iterable[E.Var]) -> list[SizeDivi
     ``sizes`` only (not a constant), each once."""
     known = set(sizes)
     found: list[SizeDivision] = []
+    if not known:  # a divisor of sizes only needs a size: none to find (and no walk)
+        return found
     seen: set[int] = set()
     keep: list[Any] = []
     stack: list[tuple[Any, Any]] = [(r, None) for r in roots]
