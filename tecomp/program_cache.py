@@ -49,6 +49,7 @@ import numpy as np
 from .codegen.cache import remember_digest, structural_digest, structural_lines
 from .codegen.disk_cache import DiskCache, default_cache
 from .codegen.target import source_digest
+from .expr import field_names
 from .loopir import Buffer, LoweredFunc
 from .tensor import Shape, Tensor
 
@@ -121,7 +122,7 @@ def dag_lines(root: Any, *, functions: bool = False) -> tuple[list[str], list[An
         if k is not None:
             return f"#{k}"
         text = f"{type(x).__module__}.{type(x).__qualname__}(" + ", ".join(
-            f"{f.name}={ref(getattr(x, f.name))}" for f in fields(x)) + ")"
+            f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))) + ")"
         number[id(x)] = len(lines)
         keep.append(x)
         lines.append(text)
@@ -162,7 +163,7 @@ def encode(root: Any, *, modules: Sequence[str] = MODULES,
             raise Unkeyable(f"a {type(x).__name__}")
         k = number.get(id(x))
         if k is None:
-            args = [value(getattr(x, f.name)) for f in fields(x)]
+            args = [value(getattr(x, f)) for f in field_names(type(x))]
             k = number[id(x)] = len(nodes)
             keep.append(x)
             nodes.append([f"{type(x).__module__}:{type(x).__qualname__}", args])
