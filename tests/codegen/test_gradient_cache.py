@@ -175,6 +175,21 @@ def test_overrides_pass_log_and_off_switch_skip_the_cache(store, phases):
     assert "autodiff" in phases and "gradient_cache" not in phases
 
 
+def test_warm_jacobian_is_the_same(store, phases, rng):
+    def program():
+        X = tc.placeholder((3,), name="X", dtype="float64")
+        return X, tc.compute((2,), lambda i: X[i] * X[i + 1], name="Y")
+
+    X, Y = program()
+    cold = tc.jacobian(Y, X)
+    X2, Y2 = program()
+    phases.clear()
+    warm = tc.jacobian(Y2, X2)
+    assert "autodiff" not in phases and tc.show(warm) == tc.show(cold)
+    x = rng.standard_normal(3)
+    np.testing.assert_array_equal(tc.evaluate(warm, {X2: x})[0], tc.evaluate(cold, {X: x})[0])
+
+
 def test_refused_forward_is_refused_warm_too(store):
     X = tc.placeholder((4,), name="X")
     Y = tc.compute((4,), lambda i: X[i + 1], name="Y")  # reads X[4]: out of range
