@@ -60,7 +60,6 @@ def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
     from .codegen.disk_cache import default_cache
     from .diagnostics import recording_passes
     from .logs import timed
-    from .passes.autodiff import differentiate as reverse
 
     keyed = None
     if overrides is None and default_cache() is not None and not recording_passes():
@@ -71,6 +70,8 @@ def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
             return found
     if check is not None:
         check(output)
+    from .passes.autodiff import differentiate as reverse  # not imported on a cache hit
+
     grads = run_pass("autodiff", reverse, output, inputs, head, overrides=overrides)
     grads = optimize_tensors(grads) if optimize else as_written(grads)
     if keyed is not None:
