@@ -1,32 +1,50 @@
-"""Compile time in fresh processes, cold and from the persistent cache, phase by phase.
+"""Compile time in fresh processes, cold and from the persistent cache, phase by phase, beside
+JAX's jit compile of the same programs, and the import time of tecomp.
 
     python benchmarks/compile_time.py                      # the suite, 1 cold + 3 warm each
     python benchmarks/compile_time.py --case conv2d --runs 15
     python benchmarks/compile_time.py --bytecode off       # source compiled at import too
+    python benchmarks/compile_time.py --no-jax --markdown out.md
 
-The suite (float32; what a notebook user builds):
+The suite (float32 unless said; what a notebook user builds):
 
-* ``conv2d``    -- ``X`` 8x32x32x32, ``W`` 64x32x3x3, padding 1: the forward and the gradient
+* ``conv2d``      -- ``X`` 8x32x32x32, ``W`` 64x32x3x3, padding 1: the forward and the gradient
   with respect to ``X`` and ``W`` (head ``H``), both built;
-* ``attention`` -- causal attention 4 heads x 256 x 64: forward and the gradient w.r.t.
+* ``attention``   -- causal attention 4 heads x 256 x 64: forward and the gradient w.r.t.
   ``Q``, ``K``, ``V``, both built;
-* ``mlp``       -- MLP 784-1024-10 with ReLU and softmax cross-entropy, batch 64: the loss
+* ``transformer`` -- a pre-norm transformer block of a symbolic length ``n`` (width 64, one
+  attention head, MLP 64-256-64 with tanh): the squared-output loss and its gradient w.r.t.
+  the seven weights, both built once for every ``n`` (JAX: compiled for ``n = 128``, as it
+  compiles one shape at a time);
+* ``mlp``         -- MLP 784-1024-10 with ReLU and softmax cross-entropy, batch 64: the loss
   and the gradient w.r.t. the weights and biases, both built;
-* ``laplacian`` -- ``tc.laplacian`` (DOF) of a tanh MLP 16-64-64-1, batch 32, float64,
-  built;
-* ``dct``       -- ``tc.ops.dct`` of 256x64 (the butterfly chain), built.
+* ``laplacian``   -- ``tc.laplacian`` (DOF) of a tanh MLP 16-64-64-1, batch 32, float64,
+  built (JAX: the trace of ``jax.hessian`` per sample under ``vmap``);
+* ``dct``         -- ``tc.ops.dct`` of 256x64 (the butterfly chain), built (JAX:
+  ``jax.scipy.fft.dct(norm="ortho")``).
 
 Every measurement is a new Python process (``python this_file --child CASE``) with a
 persistent cache directory of its own for the whole run of a case (``TECOMP_CACHE_DIR`` and
 ``XDG_CACHE_HOME``).  The first process finds it empty (*cold*); the next ``--runs`` find
-every kernel, the parallel-loop runtime and the bounds proofs there (*warm*).  Each child
-times ``import tecomp``, the graph (declaration), the derived tensors (``tc.gradient``,
-``tc.laplacian``; for ``dct`` the op itself) and the builds with ``time.perf_counter``, and
-collects the phase records of the ``"tecomp.phases"`` logger (:mod:`tecomp.logs`) with a
-handler, so the table shows where the time of each span goes.  *compile* is derivative +
-builds (``import tecomp`` is not in it), *compile CPU* its CPU time (``time.process_time``,
-steadier on a loaded machine); *other* is the part of *compile* outside every logged phase
-(module imports done on first use, argument checks, Python between passes).
+every kernel, the parallel-loop runtime, the bounds proofs, the gradients and the loop
+programs there (*warm*).  Each child times ``import tecomp``, the graph (declaration), the
+derived tensors (``tc.gradient``, ``tc.laplacian``; for ``dct`` the op itself) and the builds
+with ``time.perf_counter``, and collects the phase records of the ``"tecomp.phases"`` logger
+(:mod:`tecomp.logs`) with a handler, so the table shows where the time of each span goes.
+*compile* is derivative + builds (``import tecomp`` is not in it), *compile CPU* its CPU time
+(``time.process_time``, steadier on a loaded machine); *other* is the part of *compile*
+outside every logged phase (module imports done on first use, argument checks, Python
+between passes).
+
+JAX (when installed; ``--no-jax`` skips it): the same programs written in ``jax.numpy``, in
+fresh processes too (``--jax-child CASE``), each timed from the traced function to the
+compiled executables (``jax.jit(f).lower(*shapes).compile()`` of the forward and of
+``jax.grad``, the way a first call compiles them; ``import jax`` not included); cold with no
+cache, warm with JAX's persistent compilation cache in a directory of its own (every entry
+stored: minimum compile time and size 0).
+
+Import: the wall time of a fresh ``python -c "import tecomp"`` (median of ``--runs``), and
+the largest self times of ``python -X importtime -c "import tecomp"``.
 
 Bytecode: an installed package runs from compiled bytecode, so by default the children write
 and read it under a temporary ``PYTHONPYCACHEPREFIX`` (the source tree is left alone), warmed
@@ -47,7 +65,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-CASES = ("conv2d", "attention", "mlp", "laplacian", "dct")
+CASES = ("conv2d", "attention", "transformer", "mlp", "laplacian", "dct")
 SPANS = ("import", "graph", "derivative", "build", "compile", "compile CPU")
 
 
@@ -74,6 +92,33 @@ def case_attention(tc: Any) -> tuple[Callable[[], list], Callable[[list], None]]
     H = tc.placeholder(O.shape, name="H")
     return (lambda: tc.gradient(O, [Q, K, V], H),
             lambda g: (tc.build(O, [Q, K, V]), tc.build(g, [Q, K, V, H])))
+
+
+def case_transformer(tc: Any) -> tuple[Callable[[], list], Callable[[list], None]]:
+    n, d, hidden = tc.var("n"), 64, 256
+    x = tc.placeholder((n, d), name="x")
+    Wq, Wk, Wv, Wo = (tc.placeholder((d, d), name=f"W{c}") for c in "qkvo")
+    W1, W2 = tc.placeholder((hidden, d), name="W1"), tc.placeholder((d, hidden), name="W2")
+    g = tc.placeholder((d,), name="g")
+    h = tc.ops.layer_norm(x, g, name="ln")
+    q, k, v = (tc.ops.dense(h, W, name=f"{c}") for W, c in ((Wq, "q"), (Wk, "k"), (Wv, "v")))
+    c = tc.reduce_axis(d, name="c")
+    S = tc.compute((n, n), lambda i, j: tc.if_then_else(
+        j <= i, tc.sum(q[i, c] * k[j, c], axis=c) * 0.125, -1e30), name="S")
+    P = tc.ops.softmax(S)
+    t = tc.reduce_axis(n, name="t")
+    a = tc.compute((n, d), lambda i, e: tc.sum(P[i, t] * v[t, e], axis=t), name="a")
+    r = tc.compute((n, d), lambda i, e: x[i, e] + tc.ops.dense(a, Wo, name="o")[i, e],
+                   name="r")
+    m = tc.compute((n, hidden), lambda i, j: tc.tanh(tc.ops.dense(r, W1, name="m1")[i, j]),
+                   name="m")
+    y = tc.compute((n, d), lambda i, e: r[i, e] + tc.ops.dense(m, W2, name="m2")[i, e],
+                   name="y")
+    i, e = tc.reduce_axis(n, name="i"), tc.reduce_axis(d, name="e")
+    loss = tc.compute((), lambda: tc.sum(y[i, e] * y[i, e], axis=[i, e]), name="loss")
+    weights = [Wq, Wk, Wv, Wo, W1, W2, g]
+    return (lambda: tc.gradient(loss, weights),
+            lambda grads: (tc.build(loss, [x, *weights]), tc.build(grads, [x, *weights])))
 
 
 def case_mlp(tc: Any) -> tuple[Callable[[], list], Callable[[list], None]]:
@@ -115,6 +160,104 @@ def case_dct(tc: Any) -> tuple[Callable[[], list], Callable[[list], None]]:
     return (lambda: [tc.ops.dct(X)], lambda g: tc.build(g, [X]))
 
 
+# ------------------------------------------------------------------ the same in JAX (child side)
+def jax_conv2d(jax: Any, jnp: Any) -> list[tuple[Callable, list]]:
+    def f(X, W):
+        return jax.lax.conv_general_dilated(X, W, (1, 1), ((1, 1), (1, 1)),
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    def g(X, W, H):
+        return jax.vjp(f, X, W)[1](H)
+
+    x, w, h = _specs(jax, (8, 32, 32, 32), (64, 32, 3, 3), (8, 64, 32, 32))
+    return [(f, [x, w]), (g, [x, w, h])]
+
+
+def jax_attention(jax: Any, jnp: Any) -> list[tuple[Callable, list]]:
+    heads, length, d = 4, 256, 64
+    mask = jnp.tril(jnp.ones((length, length), bool))
+
+    def f(Q, K, V):
+        S = jnp.where(mask, jnp.einsum("hic,hjc->hij", Q, K) * 0.125, -1e30)
+        return jnp.einsum("hit,hte->hie", jax.nn.softmax(S, axis=-1), V)
+
+    def g(Q, K, V, H):
+        return jax.vjp(f, Q, K, V)[1](H)
+
+    q = _specs(jax, (heads, length, d))[0]
+    return [(f, [q, q, q]), (g, [q, q, q, q])]
+
+
+def jax_transformer(jax: Any, jnp: Any) -> list[tuple[Callable, list]]:
+    n, d, hidden = 128, 64, 256
+
+    def loss(x, Wq, Wk, Wv, Wo, W1, W2, g):
+        mu = x.mean(-1, keepdims=True)
+        h = (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+        q, k, v = h @ Wq.T, h @ Wk.T, h @ Wv.T
+        S = jnp.where(jnp.tril(jnp.ones((n, n), bool)), q @ k.T * 0.125, -1e30)
+        r = x + (jax.nn.softmax(S, axis=-1) @ v) @ Wo.T
+        y = r + jnp.tanh(r @ W1.T) @ W2.T
+        return jnp.sum(y * y)
+
+    specs = _specs(jax, (n, d), (d, d), (d, d), (d, d), (d, d), (hidden, d), (d, hidden), (d,))
+    return [(loss, specs), (jax.grad(loss, argnums=tuple(range(1, 8))), specs)]
+
+
+def jax_mlp(jax: Any, jnp: Any) -> list[tuple[Callable, list]]:
+    batch, nin, hidden, classes = 64, 784, 1024, 10
+
+    def loss(x, W1, b1, W2, b2, y):
+        ls = jax.nn.log_softmax(jnp.maximum(x @ W1.T + b1, 0.0) @ W2.T + b2)
+        return -jnp.take_along_axis(ls, y[:, None], axis=1).sum() / batch
+
+    specs = _specs(jax, (batch, nin), (hidden, nin), (hidden,), (classes, hidden), (classes,))
+    specs.append(jax.ShapeDtypeStruct((batch,), jnp.int32))
+    return [(loss, specs), (jax.grad(loss, argnums=(1, 2, 3, 4)), specs)]
+
+
+def jax_laplacian(jax: Any, jnp: Any) -> list[tuple[Callable, list]]:
+    batch, n, width = 32, 16, 64
+
+    def u(xb, W0, W1, w):
+        return w @ jnp.tanh(W1 @ jnp.tanh(W0 @ xb))
+
+    def lap(x, W0, W1, w):
+        return jax.vmap(lambda xb: jnp.trace(jax.hessian(u)(xb, W0, W1, w)))(x)
+
+    specs = _specs(jax, (batch, n), (width, n), (width, width), (width,), dtype="float64")
+    return [(lap, specs)]
+
+
+def jax_dct(jax: Any, jnp: Any) -> list[tuple[Callable, list]]:
+    import jax.scipy.fft
+
+    return [(lambda X: jax.scipy.fft.dct(X, type=2, norm="ortho", axis=0),
+             _specs(jax, (256, 64)))]
+
+
+def _specs(jax: Any, *shapes: tuple, dtype: str = "float32") -> list:
+    return [jax.ShapeDtypeStruct(shape, dtype) for shape in shapes]
+
+
+def jax_child(case: str, cache: str | None) -> None:
+    """One JAX measurement of ``case`` (compiled from traced functions to executables), cold
+    or with the persistent compilation cache in ``cache``; prints a JSON object."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    if cache:
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    import jax.numpy as jnp
+
+    t0 = time.perf_counter()
+    for fn, specs in globals()[f"jax_{case}"](jax, jnp):
+        jax.jit(fn).lower(*specs).compile()
+    print(json.dumps({"compile": time.perf_counter() - t0}))
+
+
 class PhaseRecords(logging.Handler):
     """Sums the seconds of the phase-end records of ``"tecomp.phases"`` by phase name; the
     pipeline's phases (INFO) in ``seconds``, the steps inside them (DEBUG) in ``steps``."""
@@ -154,12 +297,41 @@ def child(case: str) -> None:
 
 
 # ------------------------------------------------------------------ the driver
-def run_child(case: str, env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", case],
+def run_child(case: str, env: dict[str, str], *extra: str, kind: str = "--child"
+              ) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), kind, case, *extra],
                          env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"child {case} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure_jax(case: str, runs: int, env: dict[str, str], tmp: str) -> tuple[float, float]:
+    """JAX's compile of ``case``: cold (no cache), and the median of ``runs`` warm processes
+    (its persistent cache filled by one process first)."""
+    cold = run_child(case, env, "", kind="--jax-child")["compile"]
+    cache = os.path.join(tmp, f"jax-{case}")
+    run_child(case, env, cache, kind="--jax-child")
+    warm = [run_child(case, env, cache, kind="--jax-child")["compile"] for _ in range(runs)]
+    return cold, median(warm)
+
+
+def measure_import(runs: int, env: dict[str, str]) -> tuple[float, list[tuple[float, str]]]:
+    """The median wall time of a fresh ``python -c "import tecomp"`` (process start
+    included) and the largest self times of ``-X importtime``."""
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import tecomp"], env=env, check=True)
+        walls.append(time.perf_counter() - t0)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import tecomp"], env=env,
+                         capture_output=True, text=True, check=True)
+    selfs = []
+    for line in out.stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) == 3 and parts[0].strip().isdigit():
+            selfs.append((int(parts[0]) * 1e-6, parts[2].strip()))
+    return median(walls), sorted(selfs, reverse=True)[:8]
 
 
 def cache_env(env: dict[str, str], directory: str) -> dict[str, str]:
@@ -204,18 +376,54 @@ def report(case: str, cold: dict, warm: list[dict]) -> None:
     print(row("    other", other(cold), [other(w) for w in warm]))
 
 
+def summary(results: dict, jax_times: dict, import_wall: float) -> list[str]:
+    """The table of the issue: derivative + builds, cold and warm, beside JAX."""
+    lines = ["| program | tecomp cold | tecomp warm | warm CPU | JAX jit cold | JAX warm | "
+             "cold / JAX |", "|---|---|---|---|---|---|---|"]
+    ratios = []
+    for case, (cold, warm) in results.items():
+        w = median([r["compile"] for r in warm])
+        cpu = median([r["compile CPU"] for r in warm])
+        row = f"| {case} | {cold['compile']:.2f} s | {w * 1e3:.0f} ms | {cpu * 1e3:.0f} ms | "
+        if case in jax_times:
+            jc, jw = jax_times[case]
+            ratios.append(cold["compile"] / jc)
+            row += f"{jc:.2f} s | {jw * 1e3:.0f} ms | {ratios[-1]:.2f} |"
+        else:
+            row += "- | - | - |"
+        lines.append(row)
+    if ratios:
+        geo = statistics.geometric_mean(ratios)
+        lines.append(f"\ncold / JAX: geometric mean {geo:.2f}, largest {max(ratios):.2f}")
+    lines.append(f"fresh `python -c \"import tecomp\"`: {import_wall * 1e3:.0f} ms "
+                 "(process start included)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=CASES, action="append",
                     help="a case of the suite (repeatable; default: all)")
     ap.add_argument("--runs", type=int, default=3, help="warm processes per case (default 3)")
     ap.add_argument("--bytecode", choices=("on", "off"), default="on")
+    ap.add_argument("--no-jax", action="store_true", help="leave JAX out")
+    ap.add_argument("--markdown", help="also write the summary table to this file")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
+    ap.add_argument("--jax-child", choices=CASES, help=argparse.SUPPRESS)
+    ap.add_argument("cache", nargs="?", default="", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     if opts.child:
         child(opts.child)
         return 0
+    if opts.jax_child:
+        jax_child(opts.jax_child, opts.cache or None)
+        return 0
     cases = opts.case or list(CASES)
+    try:
+        import jax  # noqa: F401
+        with_jax = not opts.no_jax
+    except ImportError:
+        with_jax = False
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -224,9 +432,16 @@ def main(argv: list[str] | None = None) -> int:
             env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pyc")
             for case in cases:  # writes the bytecode of every module a case imports
                 run_child(case, cache_env(env, os.path.join(tmp, "bytecode-warm-up")))
+                if with_jax:
+                    run_child(case, env, "", kind="--jax-child")
         else:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
-        results = {case: measure(case, opts.runs, env, tmp) for case in cases}
+        import_wall, import_selfs = measure_import(max(opts.runs, 3), env)
+        results, jax_times = {}, {}
+        for case in cases:  # interleaved: tecomp then JAX, case by case
+            results[case] = measure(case, opts.runs, env, tmp)
+            if with_jax:
+                jax_times[case] = measure_jax(case, opts.runs, env, tmp)
     print(f"compile time, fresh processes; bytecode {opts.bytecode}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
     failed = False
@@ -240,6 +455,15 @@ def main(argv: list[str] | None = None) -> int:
           "the\npipeline's phases from the 'tecomp.phases' logger, summed over the builds; "
           "(step):\nsteps inside them, such as llvm inside codegen.llvm; other: compile outside "
           "every\nphase -- imports on first use, Python between passes)")
+    print("\nimport tecomp, largest self times (-X importtime):")
+    for seconds, module in import_selfs:
+        print(f"  {seconds * 1e3:7.1f} ms  {module}")
+    if not failed:
+        table = summary(results, jax_times, import_wall)
+        print("\n" + "\n".join(table))
+        if opts.markdown:
+            with open(opts.markdown, "w") as f:
+                f.write("\n".join(table) + "\n")
     return 1 if failed else 0
 
 

@@ -23,6 +23,7 @@ compiled, and no list of files is kept by hand.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -35,13 +36,52 @@ from .cache import program_key
 @lru_cache(maxsize=32)
 def source_digest(*folders: str) -> str:
     """A digest of every ``.py`` file under ``folders`` (names relative to the folder, and
-    contents), computed once per process for each set of folders."""
+    contents), computed once per process for each set of folders.
+
+    Reading and hashing every file costs a fresh process milliseconds, so the digest is also
+    remembered in the persistent cache under the files' status (path, size, modification and
+    change times in nanoseconds, inode: :func:`source_status`): any write to a file changes
+    its change time, so a changed file is read again, and a file added or removed changes the
+    list."""
+    from .disk_cache import default_cache
+
+    store = default_cache()
+    status = source_status(folders) if store is not None else ""
+    if store is not None:
+        entry = store.get(status)
+        digest = entry.get("digest") if entry is not None else None
+        if isinstance(digest, str) and len(digest) == 16:
+            return digest
     h = hashlib.sha256()
     for folder in folders:
         root = Path(folder)
         for f in sorted(root.rglob("*.py")):
             h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    digest = h.hexdigest()[:16]
+    if store is not None:
+        store.put(status, {"digest": digest})
+    return digest
+
+
+def source_status(folders: Sequence[str]) -> str:
+    """A digest of the status of every ``.py`` file under ``folders`` (the key under which
+    :func:`source_digest` remembers their contents' digest)."""
+    rows: list[str] = []
+
+    def walk(folder: str) -> None:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    walk(e.path)
+                elif e.name.endswith(".py"):
+                    st = e.stat()
+                    rows.append(f"{e.path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+                                f"\0{st.st_ino}")
+
+    for folder in folders:
+        rows.append(f"folder\0{os.path.abspath(folder)}")
+        walk(folder)
+    return hashlib.sha256(("source-status-1\n" + "\n".join(sorted(rows))).encode()).hexdigest()
 
 
 @lru_cache(maxsize=32)

@@ -14,7 +14,7 @@ walk-through with output: ``docs/guide.md``.  ``help(tc.compute)`` (and every ot
 function) has an example.
 """
 
-from . import dsl, interop, logs, ops
+from . import dsl, logs
 from .autodiff_api import gradient, jacobian
 from .build_api import build
 from .config_api import config
@@ -65,6 +65,19 @@ from .tensor import Tensor
 globals().update(dsl.ELEMENTWISE)
 
 __version__ = "0.1.0"
+
+#: subpackages imported on first use (``tc.ops.conv2d``, ``tc.interop.jax_function``), so that
+#: ``import tecomp`` does not pay for them
+_LAZY = ("ops", "interop")
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tecomp' has no attribute {name!r}")
+
 
 logs.configure_from_environment()  # TECOMP_LOG=info|debug: timings on stderr (tecomp.logs)
 

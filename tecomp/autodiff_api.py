@@ -68,15 +68,15 @@ def gradient(output: Tensor, inputs: Tensor | Sequence[Tensor], head: Tensor | N
     _check_output(output, "gradient")
     ins = _check_inputs(inputs, output, "gradient")
     if head is None:
-        head = _ones(output)
+        head = default_head(output)
     else:
         _check_head(head, output)
     _check_overrides(overrides)
     _check_checkpoint(checkpoint, output)
-    check_forward_bounds(output)
     from .pipeline import differentiate
 
-    grads = differentiate(output, ins, head, overrides=overrides, optimize=optimize)
+    grads = differentiate(output, ins, head, overrides=overrides, optimize=optimize,
+                          check=check_forward_bounds)
     if checkpoint is not None:
         _mark_checkpoint(grads, checkpoint)
     return grads
@@ -103,12 +103,13 @@ def jacobian(output: Tensor, input: Tensor, *, optimize: bool = True) -> Tensor:
     """
     _check_output(output, "jacobian")
     (x,) = _check_inputs([input], output, "jacobian")
-    check_forward_bounds(output)
     from .pipeline import differentiate, forward_jacobian
 
     if _has_scan(output):
+        check_forward_bounds(output)
         return forward_jacobian(output, x, optimize=optimize)
-    (jac,) = differentiate(output, [x], _identity(output), optimize=optimize)
+    (jac,) = differentiate(output, [x], _identity(output), optimize=optimize,
+                           check=check_forward_bounds)
     return jac
 
 
@@ -241,8 +242,8 @@ def _axes(prefix: str, shape: Sequence[E.Expr], start: int = 0) -> tuple[E.IterV
                            "data") for m, s in enumerate(shape))
 
 
-def _ones(output: Tensor) -> Tensor:
-    """The default head: ones of ``output``'s shape and dtype."""
+def default_head(output: Tensor) -> Tensor:
+    """The head of ``tc.gradient(output, inputs)``: ones of ``output``'s shape and dtype."""
     axes = _axes("i", output.shape)
     return Tensor(f"{output.name}_head", output.shape, output.dtype,
                   ComputeOp(axes, E.Const(1.0, output.dtype), None))

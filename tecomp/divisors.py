@@ -17,7 +17,7 @@ frozen dataclasses and are walked generically, each shared node once), and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any, Iterable, Mapping
 
 from . import dtypes
@@ -43,6 +43,8 @@ def size_divisors(roots: Iterable[Any], sizes: Iterable[E.Var]) -> list[SizeDivi
     ``sizes`` only (not a constant), each once."""
     known = set(sizes)
     found: list[SizeDivision] = []
+    if not known:  # a divisor of sizes only needs a size: none to find (and no walk)
+        return found
     seen: set[int] = set()
     keep: list[Any] = []
     stack: list[tuple[Any, Any]] = [(r, None) for r in roots]
@@ -60,8 +62,8 @@ def size_divisors(roots: Iterable[Any], sizes: Iterable[E.Var]) -> list[SizeDivi
         if isinstance(node, (E.FloorDiv, E.Mod)) and dtypes.is_int(node.dtype) and \
                 not isinstance(node.b, E.Const) and _sizes_only(node.b, known):
             found.append(SizeDivision(node, node.b, site))
-        for f in fields(node):
-            stack.append((getattr(node, f.name), site))
+        for f in E.field_names(type(node)):
+            stack.append((getattr(node, f), site))
     return found
 
 
@@ -81,7 +83,7 @@ def _sizes_only(e: Any, known: set[E.Var]) -> bool:
                 return False
             any_var = True
             continue
-        stack.extend(getattr(x, f.name) for f in fields(x))
+        stack.extend(getattr(x, f) for f in E.field_names(type(x)))
     return any_var
 
 
@@ -137,5 +139,5 @@ def _vars(e: Any) -> list[E.Var]:
         elif isinstance(x, E.Var):
             out.append(x)
         elif is_dataclass(x):
-            stack.extend(getattr(x, f.name) for f in fields(x))
+            stack.extend(getattr(x, f) for f in E.field_names(type(x)))
     return out

@@ -18,6 +18,7 @@ and nothing else; simplification is a pass.  Python operators on expressions use
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Union
 
 from .errors import DeclarationError, TecompError
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
     from .tensor import Tensor
 
 ExprLike = Union["Expr", "IterVar", int, float, bool]
+
+
+@lru_cache(maxsize=1024)
+def field_names(cls: type) -> tuple[str, ...]:
+    """The field names of the dataclass ``cls`` in order (``dataclasses.fields`` once per
+    class: the structural walks of the caches call it for every node)."""
+    return tuple(f.name for f in fields(cls))
 
 
 def _cached_hash(self: Any) -> int:

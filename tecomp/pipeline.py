@@ -32,7 +32,7 @@ shows the scheduled loop IR of a target.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -47,14 +47,36 @@ AS_WRITTEN = "as_written"
 
 # ------------------------------------------------------------------ tensor-expression passes
 def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
-                  overrides: Mapping[Any, Any] | None = None,
-                  optimize: bool = True) -> list[Tensor]:
+                  overrides: Mapping[Any, Any] | None = None, optimize: bool = True,
+                  check: Callable[[Tensor], None] | None = None) -> list[Tensor]:
     """Reverse-mode adjoints of ``inputs`` (arguments already checked by the API), then, with
-    ``optimize``, zero elimination and simplification; without, marked as written."""
-    from .passes.autodiff import differentiate as reverse
+    ``optimize``, zero elimination and simplification; without, marked as written.
+
+    From the persistent cache when this gradient was computed before
+    (:mod:`tecomp.gradient_cache`; not with ``overrides``, not inside ``tc.pass_log()``);
+    else ``check(output)`` (the API's refusal of a forward its build would refuse) runs
+    first."""
+    from . import gradient_cache
+    from .codegen.disk_cache import default_cache
+    from .diagnostics import recording_passes
+    from .logs import timed
+
+    keyed = None
+    if overrides is None and default_cache() is not None and not recording_passes():
+        with timed("gradient_cache", logging.INFO):
+            keyed = gradient_cache.gradient_key(output, inputs, head, optimize=optimize)
+            found = gradient_cache.load(*keyed) if keyed is not None else None
+        if found is not None:
+            return found
+    if check is not None:
+        check(output)
+    from .passes.autodiff import differentiate as reverse  # not imported on a cache hit
 
     grads = run_pass("autodiff", reverse, output, inputs, head, overrides=overrides)
-    return optimize_tensors(grads) if optimize else as_written(grads)
+    grads = optimize_tensors(grads) if optimize else as_written(grads)
+    if keyed is not None:
+        gradient_cache.store(keyed[0], keyed[1], grads)
+    return grads
 
 
 def forward_jacobian(output: Tensor, x: Tensor, *, optimize: bool = True) -> Tensor:

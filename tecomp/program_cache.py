@@ -14,14 +14,22 @@ mark), the data of constant tensors (a sha256 of their bytes), which objects are
 inputs in order, the kernel's name, ``check_bounds``, the target's name, and a digest of the
 source of ``tecomp/``, ``passes/`` and ``solvers/``.  A node of a kind the key does not know
 (anything but frozen dataclasses, tuples, dicts of str, NumPy arrays and plain scalars) makes
-the program unkeyable: it is then built without this cache.
+the program unkeyable: it is then built without this cache.  One exception: a function in a
+tensor's attributes (an op's own reverse-mode rule, ``attrs["vjp"]``) is written as
+``<function>``, because only differentiation calls it and no pass of a build does (the
+gradient cache, :mod:`tecomp.gradient_cache`, which does differentiate, refuses it).
 
 Entries are data, never code: the loop program is written as a JSON list of nodes, each a
 class name, resolved only among the dataclasses of :mod:`tecomp.expr`, :mod:`tecomp.loopir`
 and :mod:`tecomp.passes.bounds_check`, and its fields; constants as raw bytes with dtype and
-shape.  A program is stored only when decoding what was written gives back the same
-structure (:func:`~tecomp.codegen.cache.structural_lines`), and an entry that does not decode
-is a miss.
+shape.  The same codec (:func:`encode`, :func:`decode`) writes tensor programs for
+:mod:`tecomp.gradient_cache`: there a node may also be a reference to an object of the
+program the key was computed from (``{"x": number}``, its number in :func:`dag_lines`), a
+dict of str (``{"d": ...}``) or an array (``{"a": number}``, its bytes stored beside).
+A program is stored only when decoding what was written gives back the same structure
+(:func:`~tecomp.codegen.cache.structural_lines`), and an entry that does not decode is a miss.
+The entry also records the structural digest of the loop program, which the target's key of
+it needs (:func:`~tecomp.codegen.cache.remember_digest`).
 
 ``tc.pass_log()`` records the passes that run, so inside it this cache is not consulted.
 The persistent cache's off switch turns this cache off too.
@@ -38,15 +46,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .codegen.cache import structural_lines
+from .codegen.cache import remember_digest, structural_digest, structural_lines
 from .codegen.disk_cache import DiskCache, default_cache
 from .codegen.target import source_digest
+from .expr import field_names
 from .loopir import Buffer, LoweredFunc
-from .tensor import Tensor
+from .tensor import Shape, Tensor
 
 #: the modules whose dataclasses an entry may name
 MODULES = ("tecomp.expr", "tecomp.loopir", "tecomp.passes.bounds_check")
 _SCALARS = (int, float, str, bool, type(None))
+_TUPLES = (tuple, Shape)
+_FUNCTIONS = (type(len), type(lambda: 0))
 _FORMAT = "tecomp-program-1"
 
 
@@ -71,16 +82,19 @@ def program_key(outputs: Sequence[Tensor], inputs: Sequence[Any], *, name: str |
     for part in (_FORMAT, passes_version(), target_name, repr(name), repr(bool(check_bounds))):
         h.update(part.encode() + b"\0")
     try:
-        for line in _dag_lines((tuple(outputs), tuple(inputs))):
-            h.update(line.encode() + b"\n")
+        lines, _ = dag_lines((tuple(outputs), tuple(inputs)), functions=True)
     except (Unkeyable, RecursionError):
         return None
+    for line in lines:
+        h.update(line.encode() + b"\n")
     return h.hexdigest()
 
 
-def _dag_lines(root: Any) -> list[str]:
+def dag_lines(root: Any, *, functions: bool = False) -> tuple[list[str], list[Any]]:
     """Every distinct node of ``root`` once, children by number (as
-    :func:`~tecomp.codegen.cache.structural_lines`, also through tensors, dicts and arrays)."""
+    :func:`~tecomp.codegen.cache.structural_lines`, also through tensors, dicts and arrays),
+    and the nodes in the order of their numbers.  ``functions``: a function is written as
+    ``<function>`` (else it makes ``root`` unkeyable)."""
     lines: list[str] = []
     number: dict[int, int] = {}
     keep: list[Any] = []
@@ -100,26 +114,34 @@ def _dag_lines(root: Any) -> list[str]:
             data = np.ascontiguousarray(x)
             return (f"ndarray({data.dtype.str}, {data.shape}, "
                     f"{hashlib.sha256(data.tobytes()).hexdigest()})")
+        if functions and type(x) in _FUNCTIONS:
+            return "<function>"
         if not (is_dataclass(x) and not isinstance(x, type)):
             raise Unkeyable(f"a {type(x).__name__}")
         k = number.get(id(x))
         if k is not None:
             return f"#{k}"
         text = f"{type(x).__module__}.{type(x).__qualname__}(" + ", ".join(
-            f"{f.name}={ref(getattr(x, f.name))}" for f in fields(x)) + ")"
+            f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))) + ")"
         number[id(x)] = len(lines)
         keep.append(x)
         lines.append(text)
         return f"#{number[id(x)]}"
 
     lines.append(ref(root))  # the root itself (a tuple is written in place, not numbered)
-    return lines
+    return lines, keep
 
 
 # ------------------------------------------------------------------ the entry
-def encode(root: Any) -> list[list[Any]]:
-    """``root`` (dataclasses of :data:`MODULES`, tuples, scalars) as a JSON-able node list;
-    the last node is the root, a child is ``{"r": number}``, a tuple a list."""
+def encode(root: Any, *, modules: Sequence[str] = MODULES,
+           externals: dict[int, int] | None = None,
+           arrays: list[np.ndarray] | None = None) -> list[list[Any]]:
+    """``root`` (dataclasses of ``modules``, tuples, scalars) as a JSON-able node list;
+    the last node is the root, a child is ``{"r": number}``, a tuple a list.
+
+    ``externals`` maps ``id()`` of objects to write as references (``{"x": number}``) instead
+    of nodes; with ``arrays`` (a list it appends to), arrays are written as ``{"a": number}``
+    and dicts of str as ``{"d": [[key, value], ...]}``."""
     nodes: list[list[Any]] = []
     number: dict[int, int] = {}
     keep: list[Any] = []
@@ -127,13 +149,21 @@ def encode(root: Any) -> list[list[Any]]:
     def value(x: Any) -> Any:
         if type(x) in _SCALARS:
             return x
-        if type(x) is tuple:
+        if type(x) in _TUPLES:
             return [value(y) for y in x]
-        if not (is_dataclass(x) and type(x).__module__ in MODULES):
+        if externals is not None and id(x) in externals:
+            return {"x": externals[id(x)]}
+        if arrays is not None and type(x) is dict and all(type(k) is str for k in x):
+            return {"d": [[k, value(x[k])] for k in sorted(x)]}
+        if arrays is not None and type(x) is np.ndarray and not x.dtype.hasobject:
+            arrays.append(x)
+            return {"a": len(arrays) - 1}
+        if not (is_dataclass(x) and type(x).__module__ in modules
+                and all(f.init for f in fields(x))):
             raise Unkeyable(f"a {type(x).__name__}")
         k = number.get(id(x))
         if k is None:
-            args = [value(getattr(x, f.name)) for f in fields(x)]
+            args = [value(getattr(x, f)) for f in field_names(type(x))]
             k = number[id(x)] = len(nodes)
             keep.append(x)
             nodes.append([f"{type(x).__module__}:{type(x).__qualname__}", args])
@@ -143,17 +173,35 @@ def encode(root: Any) -> list[list[Any]]:
     return nodes
 
 
-def decode(nodes: Any) -> Any:
-    """The object :func:`encode` wrote (raises :class:`Unkeyable` on anything else)."""
+def decode(nodes: Any, *, modules: Sequence[str] = MODULES, externals: Sequence[Any] = (),
+           arrays: Sequence[np.ndarray] = ()) -> Any:
+    """The object :func:`encode` wrote (raises :class:`Unkeyable` on anything else);
+    ``externals`` and ``arrays`` are what its references number."""
     made: list[Any] = []
+    classes: dict[str, type] = {}
+
+    def index(x: Any, within: Sequence[Any]) -> Any:
+        if type(x) is not int or not 0 <= x < len(within):
+            raise Unkeyable("not a node")
+        return within[x]
 
     def value(x: Any) -> Any:
         if type(x) in _SCALARS:
             return x
         if type(x) is list:
             return tuple(value(y) for y in x)
-        if type(x) is dict and set(x) == {"r"} and type(x["r"]) is int and 0 <= x["r"] < len(made):
-            return made[x["r"]]
+        if type(x) is not dict or len(x) != 1:
+            raise Unkeyable("not a node")
+        (kind, v), = x.items()
+        if kind == "r":
+            return index(v, made)
+        if kind == "x":
+            return index(v, externals)
+        if kind == "a":
+            return index(v, arrays)
+        if kind == "d" and type(v) is list and all(
+                type(p) is list and len(p) == 2 and type(p[0]) is str for p in v):
+            return {p[0]: value(p[1]) for p in v}
         raise Unkeyable("not a node")
 
     if type(nodes) is not list or not nodes:
@@ -162,16 +210,19 @@ def decode(nodes: Any) -> Any:
         if type(node) is not list or len(node) != 2 or type(node[0]) is not str \
                 or type(node[1]) is not list:
             raise Unkeyable("not a node")
-        made.append(_class(node[0])(*[value(a) for a in node[1]]))
+        cls = classes.get(node[0])
+        if cls is None:
+            cls = classes[node[0]] = _class(node[0], modules)
+        made.append(cls(*[value(a) for a in node[1]]))
     last = nodes[-1]
     if type(last) is not list or len(last) != 2 or type(last[1]) is not list or len(last[1]) != 1:
         raise Unkeyable("not a node list")
     return value(last[1][0])
 
 
-def _class(name: str) -> type:
+def _class(name: str, modules: Sequence[str]) -> type:
     module, _, qualname = name.partition(":")
-    if module not in MODULES:
+    if module not in modules:
         raise Unkeyable(f"class {name!r}")
     cls = getattr(importlib.import_module(module), qualname, None)
     if not (isinstance(cls, type) and is_dataclass(cls) and cls.__module__ == module):
@@ -179,10 +230,10 @@ def _class(name: str) -> type:
     return cls
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` have the same structure, node by node."""
     if type(a) is tuple:
-        return type(b) is tuple and len(a) == len(b) and all(map(_same, a, b))
+        return type(b) is tuple and len(a) == len(b) and all(map(same, a, b))
     if type(a) in _SCALARS:
         return type(a) is type(b) and a == b
     return type(a) is type(b) and structural_lines(a) == structural_lines(b)
@@ -199,12 +250,12 @@ def store(key: str, func: LoweredFunc, constants: dict[Buffer, np.ndarray], boun
     root = (func, bufs, bounds)
     try:
         text = json.dumps(encode(root))
-        if not _same(decode(json.loads(text)), root):
+        if not same(decode(json.loads(text)), root):
             return False
     except (Unkeyable, RecursionError, TypeError, ValueError):
         return False
     entry: dict[str, bytes | str] = {"program": text, "constants": json.dumps(
-        [[a.dtype.str, list(a.shape)] for a in arrays])}
+        [[a.dtype.str, list(a.shape)] for a in arrays]), "digest": structural_digest(func)}
     for n, a in enumerate(arrays):
         if a.dtype.hasobject:
             return False
@@ -238,4 +289,7 @@ def load(key: str, cache: DiskCache | None = None
             constants[b] = arr
     except (Unkeyable, RecursionError, TypeError, ValueError, KeyError):
         return None
+    digest = entry.get("digest")
+    if isinstance(digest, str):  # the target's key of func needs no second walk
+        remember_digest(func, digest)
     return func, constants, bounds

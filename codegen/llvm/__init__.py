@@ -152,15 +152,33 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     return cache.get_or_compile(memory_key, build)
 
 
+#: the integer operations an extent of a pooled temporary may hold in a disk entry
+_EXTENT_OPS = {op.__name__: op for op in (E.Add, E.Sub, E.Mul, E.FloorDiv, E.Mod, E.Min,
+                                          E.Max)}
+
+
 def _pooled_record(pooled: tuple[Buffer, ...]) -> str | None:
     """The pooled temporaries as a Python literal for the disk entry (so that a kernel loaded
     from disk is not scheduled again just to find them): name, dtype, scope and extents of
-    each; None when an extent is not a constant."""
+    each, an extent as a tree of integer constants (``("c", value, dtype)``), size variables
+    (``("v", name, dtype)``) and ``+ - * // % min max`` (``(op, a, b, dtype)``); None when an
+    extent holds anything else."""
+    def extent(d: Any) -> tuple | None:
+        if type(d) is E.Const and type(d.value) is int:
+            return ("c", d.value, d.dtype)
+        if type(d) is E.Var:
+            return ("v", d.name, d.dtype)
+        if _EXTENT_OPS.get(type(d).__name__) is type(d):
+            a, b = extent(d.a), extent(d.b)
+            return None if a is None or b is None else (type(d).__name__, a, b, d.dtype)
+        return None
+
     rows = []
     for b in pooled:
-        if not all(isinstance(d, E.Const) and isinstance(d.value, int) for d in b.shape):
+        shape = tuple(extent(d) for d in b.shape)
+        if any(d is None for d in shape):
             return None
-        rows.append((b.name, b.dtype, b.scope, tuple((d.value, d.dtype) for d in b.shape)))
+        rows.append((b.name, b.dtype, b.scope, shape))
     return repr(tuple(rows))
 
 
@@ -170,11 +188,20 @@ def _pooled_from_record(record: Any) -> tuple[Buffer, ...] | None:
         return None
     import ast
 
+    def extent(t: Any) -> E.Expr:
+        if t[0] == "c" and len(t) == 3 and type(t[1]) is int and type(t[2]) is str:
+            return E.Const(t[1], t[2])
+        if t[0] == "v" and len(t) == 3 and type(t[1]) is str and type(t[2]) is str:
+            return E.Var(t[1], t[2])
+        if t[0] in _EXTENT_OPS and len(t) == 4 and type(t[3]) is str:
+            return _EXTENT_OPS[t[0]](extent(t[1]), extent(t[2]), t[3])
+        raise ValueError("not an extent")
+
     try:
         rows = ast.literal_eval(record)
-        return tuple(Buffer(name, tuple(E.Const(v, dt) for v, dt in shape), dtype, scope)
+        return tuple(Buffer(name, tuple(extent(d) for d in shape), dtype, scope)
                      for name, dtype, scope, shape in rows)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, IndexError):
         return None
 
 

@@ -44,6 +44,7 @@ from llvmlite import ir
 from ... import host as host_module
 from ...errors import CompileError
 from ...host import Host, describe, llvm_features
+from ...logs import timed
 
 LOCK = threading.RLock()
 _state: dict[str, Any] = {}
@@ -247,13 +248,15 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
         except RuntimeError as err:
             raise CompileError(f"verify: LLVM rejected the IR of {name!r}: {err}") from None
         try:
-            optimise(mod, speed_level, host)
+            with timed("llvm.optimise"):
+                optimise(mod, speed_level, host)
             mod.verify()
         except RuntimeError as err:
             raise CompileError(f"optimise: {name!r}: {err}") from None
         source = str(mod)
         try:
-            obj = tm.emit_object(mod)
+            with timed("llvm.emit_object"):
+                obj = tm.emit_object(mod)
         except RuntimeError as err:
             raise CompileError(f"jit: could not generate code for {name!r}: {err}") from None
         mod.close()  # the module first, then (unreferenced) its context

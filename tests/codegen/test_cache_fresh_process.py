@@ -81,14 +81,18 @@ def _run(tmp_path, mode):
 
 def test_second_process_loads_everything_from_disk(tmp_path):
     info1, res1 = _run(tmp_path, "first")
-    # loop program, proof and kernel of each program, the runtime, and the proof of the
-    # convolution's forward (tc.gradient refuses a forward the bounds proofs refuse)
-    assert info1["hits"] == 0 and info1["misses"] == 8
+    # loop program, proof and kernel of each program, the runtime, the gradient (looked up
+    # before it is computed), the proof of the convolution's forward (tc.gradient refuses
+    # a forward the bounds proofs refuse) and the digests of the three source trees the keys
+    # name (passes, passes and tecomp, the LLVM backend)
+    assert info1["hits"] == 0 and info1["misses"] == 12
     assert info1["machine"] and info1["islpy"]
     info2, res2 = _run(tmp_path, "second")
     # loop program (bounds-checked: the gather keeps the checks the pass added) and kernel
-    # of each program, the runtime and the forward's verdict; no bounds pass runs
-    assert info2["hits"] == 6 and info2["misses"] == 0
+    # of each program, the runtime and the gradient (found: the forward was checked when it
+    # was stored, so its verdict is not looked up), the source digests of tecomp and of the
+    # LLVM backend (the proofs' digest is not needed); no bounds pass runs
+    assert info2["hits"] == 8 and info2["misses"] == 0
     assert not info2["machine"], "a target machine was made: something was compiled"
     assert not info2["islpy"], "the bounds proof of the convolution ran again"
     assert info1["pooled"] != "()" and info2["pooled"] == info1["pooled"]
@@ -134,6 +138,10 @@ def test_pooled_record_round_trip_and_garbage():
     assert _pooled_from_record(_pooled_record(bufs)) == bufs
     assert _pooled_from_record(_pooled_record(())) == ()
     n = tc.var("n")
-    assert _pooled_record((Buffer("s", (n,), "float32", "temp"),)) is None
-    for bad in (None, b"()", "", "(", "__import__('os')", "((1, 2),)", "[('a', 'f', 's', 3)]"):
+    symbolic = (Buffer("s", (n * 16 + 2, (n + 1) // 2), "float32", "temp"),)
+    assert _pooled_from_record(_pooled_record(symbolic)) == symbolic
+    assert _pooled_record((Buffer("s", (tc.cast(n, "int32"),), "float32", "temp"),)) is None
+    for bad in (None, b"()", "", "(", "__import__('os')", "((1, 2),)", "[('a', 'f', 's', 3)]",
+                "(('a', 'f', 's', (('c', 1.5, 'int64'),)),)",
+                "(('a', 'f', 's', (('Call', ('c', 1, 'int64'), ('c', 1, 'int64'), 'i'),)),)"):
         assert _pooled_from_record(bad) is None, bad
