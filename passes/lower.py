@@ -224,8 +224,13 @@ def _var_names(stages: list[Tensor]) -> set[str]:
 
 
 def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
-                  name: str | None = None) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
-    """:func:`lower`, also returning the data of the constant tensors' input buffers."""
+                  name: str | None = None,
+                  cpu: bool = False) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
+    """:func:`lower`, also returning the data of the constant tensors' input buffers.
+
+    ``cpu``: also the rewrites that turn convolution windows into implicit GEMMs for the CPU's
+    register tiles (:mod:`.phase_split`, :mod:`.pad_windows`, the in-place mode of
+    :mod:`.flatten_rows`); the CUDA schedule tiles convolutions over their own axes."""
     outs = _tensor_list(outputs, "outputs")
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     tensors, _ = _split_inputs(inputs)
@@ -276,8 +281,10 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
         return _finish(ctx, items, copies, outs, name, in_bufs, out_bufs, param_list), data
     absorb_crops(stages, exprs, inlined, keep=keep)
     scans_done: set[int] = set()
-    stages = pad_windows(split_phases(stages, exprs, inlined), exprs, inlined)
-    stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined)
+    if cpu:
+        stages = pad_windows(split_phases(stages, exprs, inlined), exprs, inlined)
+    stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined,
+                          max_in_place=64 if cpu else 0)
     items: list = []
     for t in stages:
         if id(t) in inlined:

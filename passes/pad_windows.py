@@ -22,11 +22,11 @@ and the tiles are for: on long rows the clipped windows cost little); each reduc
 moving bounds has bounds ``[max(lo, l(..)), min(hi, h(..)))`` with constants ``lo < hi``
 and ``[l, h)`` exactly the range of ``v`` in the box that keeps one read's index ``s*v + r``
 inside its dimension of extent ``n`` (checked by enumerating the values of the variables of
-``l``, ``h`` and ``r``: at most 1,024 combinations), the box at most ``2 n / |s|`` wide (the
-widened sum does at most about twice the work: a kernel window over a larger image, or a
-weight gradient's image of which only the border was clipped; not a strided input
-gradient's image, where the kernel allows 1 or 2 of its rows); that read is a factor of the
-summand.
+``l``, ``h`` and ``r``: at most 1,024 combinations), the box at most ``2 n / |s|`` wide (not a
+strided input gradient's image, where the kernel allows 1 or 2 of its rows) and at most 12%
+wider than the window's mean width over the output (a 3-wide kernel on rows of 8 or more,
+a weight gradient's image of which only the border was clipped: the zeros added stay a few
+per cent of the terms); that read is a factor of the summand.
 A window of constant width ``w <= max_box`` that slides across a wide constant box (a
 transposed convolution's input gradient, whose columns are clipped by the kernel's read
 and the image's) is moved to start at 0 first, ``v = u + l``, and the image's read padded.
@@ -163,7 +163,7 @@ class _Collect(ExprMutator):
 
 
 def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: int,
-         ranges: dict[E.Var, tuple[int, int]]):
+         ranges: dict[E.Var, tuple[int, int]], max_growth: float = 1.12):
     """``(lo, hi, read, dim, shift)``: the constant box of ``ax``'s clipped window, the factor
     whose ``dim``-th index the rest of the window keeps in bounds, and None; or, for a window
     of constant width ``w <= max_box`` that slides (``[max(0, 2j - 1), min(31, 2j + 2) + 1)``,
@@ -185,6 +185,9 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: 
         wide = 2 * -(-n // abs(step))  # at most twice the window the read allows
         if bhi - blo <= wide and _clips(mlo[0], mhi[0], blo, bhi, read.indices[dim], v, n,
                                         ranges):
+            mean = _mean_width(mlo[0], mhi[0], blo, bhi, ranges)
+            if mean is None or (bhi - blo) > max_growth * mean:
+                return None  # the zeros would be more than a few % of the terms
             return blo, bhi, read, dim, None
     width = constant_width(mlo[0], mhi[0], data, ranges)
     if width is None or not 0 < width <= max_box:
@@ -201,6 +204,28 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: 
         if (lo, hi) == (blo, bhi):  # the constant clip is this read's bounds
             return 0, width, read, dim, mlo[0]
     return None
+
+
+def _mean_width(lo: E.Expr, hi: E.Expr, blo: int, bhi: int,
+                ranges: dict[E.Var, tuple[int, int]], most: int = 4096) -> float | None:
+    """The mean over the data positions of the clipped window's width ``min(bhi, hi) -
+    max(blo, lo)`` (None: not enumerable)."""
+    names = sorted(free_vars(lo) | free_vars(hi), key=lambda u: u.name)
+    if any(u not in ranges for u in names):
+        return None
+    count = 1
+    for u in names:
+        count *= ranges[u][1] - ranges[u][0]
+    if count > most or count == 0:
+        return None
+    total = 0
+    try:
+        for values in itertools.product(*(range(*ranges[u]) for u in names)):
+            env = dict(zip(names, values))
+            total += max(0, min(bhi, eval_int(hi, env)) - max(blo, eval_int(lo, env)))
+    except Exception:  # a form eval_int does not read
+        return None
+    return total / count if total else None
 
 
 def constant_width(lo: E.Expr, hi: E.Expr, data: set[E.Var],

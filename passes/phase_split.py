@@ -24,7 +24,9 @@ When it applies: the stage is a ``sum`` without ``where`` whose data axes have c
 extents; the bounds of some reduction axis hold floor divisions by a constant ``s >= 2`` of
 expressions in trailing data axes, each of whose extents ``s`` divides, and in every phase
 each such window has the same constant width (a 4-wide kernel at stride 2: two rows in each
-phase; a 3-wide one has phases of two and one and is left to the CPU's residue split); the
+phase; a 3-wide one has phases of two and one and is left to the CPU's residue split) at
+most half as wide as its constant bounds (a window sliding across the image, not a
+dilated kernel's, which the bounds clip); the
 phase axes go outermost (the output channel stays next to the spatial axes, as the row of
 the register tiles).  Legality: ``(ry, yq) -> s*yq + ry`` is a bijection
 onto the axis' range, so the phase stage holds exactly ``Y``'s values, permuted; the
@@ -109,9 +111,16 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int):
             continue
         los, his = lower_terms(ax.lo), upper_terms(upper(ax.lo, ax.extent))
         moving = ([x for x in los if free_vars(x)], [x for x in his if free_vars(x)])
-        if len(moving[0]) != 1 or len(moving[1]) != 1 or constant_width(
-                moving[0][0], moving[1][0], set(ranges), ranges) is None:
+        fixed = ([const_int(x) for x in los if not free_vars(x)],
+                 [const_int(x) for x in his if not free_vars(x)])
+        if len(moving[0]) != 1 or len(moving[1]) != 1 or len(fixed[0]) != 1 or len(
+                fixed[1]) != 1 or None in fixed[0] + fixed[1]:
+            return None
+        width = constant_width(moving[0][0], moving[1][0], set(ranges), ranges)
+        if width is None:
             return None  # a 3-wide kernel at stride 2: phases of 2 and 1 rows
+        if 2 * width > fixed[1][0] - fixed[0][0]:
+            return None  # not a narrow window sliding across the image (a dilated kernel's)
     summand = norm.visit(substitute(body.body, at))
     total = make_reduce("sum", summand, raxes, None, body.dtype)
     stage = Tensor(f"{t.name}_phases", tuple(ax.extent for ax in axes), t.dtype,

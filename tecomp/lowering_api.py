@@ -90,7 +90,8 @@ def lower(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any],
     if target is not None:
         pipeline.check_target(target)
         pipeline.check_checkpoint_target(_outputs(outputs), target)
-    func, constants = pipeline.lower(_outputs(outputs), inputs, name=name, optimize=optimize)
+    func, constants = pipeline.lower(_outputs(outputs), inputs, name=name, optimize=optimize,
+                                     target_name=target)
     if target is not None:
         func = pipeline.scheduled(func, target)
     return Lowered(func, constants)

@@ -120,12 +120,16 @@ def prepare(outputs: Sequence[Tensor], *, optimize: bool | None = None) -> list[
 
 # ------------------------------------------------------------------ loop-IR passes
 def lower(outputs: Sequence[Tensor], inputs: Iterable[Any], *, name: str | None = None,
-          optimize: bool | None = None) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
-    """The target-independent loop IR of ``outputs`` and the data of its constant buffers."""
+          optimize: bool | None = None,
+          target_name: str | None = None) -> tuple[LoweredFunc, dict[Buffer, np.ndarray]]:
+    """The loop IR of ``outputs`` and the data of its constant buffers: target-independent,
+    with the CPU's implicit-GEMM rewrites of convolution windows for ``target_name="llvm"``
+    (:func:`tecomp.passes.lower.lower_program`'s ``cpu``)."""
     from .passes.lower import lower_program
 
     prepared = prepare(outputs, optimize=optimize)                 # zero elimination
-    return run_pass("lower", lower_program, prepared, inputs, name=name)  # -> loop IR
+    return run_pass("lower", lower_program, prepared, inputs, name=name,
+                    cpu=target_name == "llvm")                     # -> loop IR
 
 
 def bounds_checked(func: LoweredFunc, *, check_bounds: bool = True) -> tuple[LoweredFunc, Any]:
@@ -221,7 +225,8 @@ def loop_program(outputs: Sequence[Tensor], inputs: Sequence[Any], *, target_nam
             found = program_cache.load(key) if key is not None else None
         if found is not None:
             return found
-    func, constants = lower(outputs, inputs, name=name)                # declare .. lower
+    func, constants = lower(outputs, inputs, name=name,               # declare .. lower
+                            target_name=target_name)
     func, bounds = bounds_checked(func, check_bounds=check_bounds)     # bounds checks
     if key is not None:
         program_cache.store(key, func, constants, bounds)
