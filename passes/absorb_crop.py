@@ -21,6 +21,9 @@ Legality.  ``C[i] = P[i + c]`` and ``P[j] = body(j)``, so ``C[i] = body(i + c)``
 ``i`` in ``C``'s domain (the reads were in ``P``'s domain); substitution renames the
 reduction axes of ``body`` where they clash.  ``P`` has no other reader, so nothing else
 needs its buffer, and every element of ``P`` that was read is computed once, as before.
+The border is no longer computed, so a crop that is not an identity copy absorbs ``P`` only
+when no access of ``P``'s body can leave its tensor there (:mod:`.whole_stage`): the
+evaluator computes the whole of ``P`` and reports such an index.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from tecomp import expr as E
 from tecomp.functor import substitute, walk
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
+from .whole_stage import needs_whole_domain
+
 
 def _shift(idx: E.Expr, var: E.Var) -> bool:
     """Whether ``idx`` is ``var`` or ``var + c`` / ``var - c`` for an integer constant ``c``."""
@@ -36,6 +41,12 @@ def _shift(idx: E.Expr, var: E.Var) -> bool:
         return True
     return (isinstance(idx, (E.Add, E.Sub)) and idx.a == var and isinstance(idx.b, E.Const)
             and not isinstance(idx.b.value, (bool, float)))
+
+
+def _whole(read: E.TensorRead, c: Tensor, p: Tensor) -> bool:
+    """Whether the crop ``c`` reads all of ``p`` (an identity copy)."""
+    return all(i == ax.var and ax.extent == s
+               for i, ax, s in zip(read.indices, c.op.axes, p.shape))
 
 
 def _reads(e: E.Expr, p: Tensor) -> int:
@@ -68,6 +79,8 @@ def absorb_crops(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
             continue
         if sum(_reads(e, p) for s in stages if id(s) in exprs for e in exprs[id(s)]) != 1:
             continue
+        if not _whole(body, c, p) and needs_whole_domain(p, exprs[id(p)][0]):
+            continue  # the crop would skip a bad index of the border
         mapping = {ax.var: i for ax, i in zip(p.op.axes, body.indices)}
         exprs[id(c)] = (substitute(exprs[id(p)][0], mapping),)
         del exprs[id(p)]

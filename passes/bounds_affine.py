@@ -186,33 +186,53 @@ class AffineProver:
         self.params: dict[str, E.Expr] = {**free, **{n: e for e, n in opaque.items()}}
         self._opaque = opaque
         names = sorted(self.params)
-        # a space (and isl context) of its own: tc.build may run in threads
-        self.isl = _isl().IslSpace(sorted(bound), names)
+        self._dims, self._names, self._extents = sorted(bound), names, extents
+        self._space: Any = None  # the isl space, made by the first proof that needs isl
         self._aff_memo: dict[E.Expr, PwAff | None] = {}
         self._cond_memo: dict[E.Expr, tuple[IslSet, bool]] = {}
+        # levels: [domain of the loops and lets (None: not computed yet), exact?, guards not
+        # yet intersected, bound names, what the level adds]; domains are computed when a
+        # proof needs one, so a function whose accesses are all proven without isl makes none
+        self._stack: list[list[Any]] = [[None, True, (), frozenset(), None]]
+
+    @property
+    def isl(self) -> Any:
+        """The isl space of the proofs, in this thread's context (tc.build may run in
+        threads)."""
+        if self._space is None:
+            self._space = _isl().IslSpace(self._dims, self._names)
+        return self._space
+
+    def _base(self) -> IslSet:
+        """Every extent (and every size that is an extent) ``>= 0``; sets ``_always``."""
+        extents, names = self._extents, self._names
         valid = self.isl.universe()
         zero = self._const(0)
+        # each extent and each size in one, once (islpy keeps part of every object it makes:
+        # the same constraint intersected again for every buffer grew every proof)
+        sizes: dict[int, PwAff] = {}  # by object: aff() and the bridge make one per value
         for x in extents:
             pa = self.aff(x)
-            if pa is not None:
-                valid = valid.intersect(pa.ge_set(zero))
-                for v in expr_vars(x):
-                    valid = valid.intersect(self.aff(v).ge_set(zero))
-        one = self._const(1)
-        positive = valid
+            if pa is not None and not isinstance(x, E.Const):
+                sizes[id(pa)] = pa
+                sizes.update((id(a), a) for a in map(self.aff, expr_vars(x)))
         for name in names:  # an opaque extent is a size
             if self.params[name] in extents:
-                valid = valid.intersect(self.aff(E.Var(name)).ge_set(zero))
+                pa = self.aff(E.Var(name))
+                sizes[id(pa)] = pa
+        for pa in sizes.values():
+            valid = valid.intersect(pa.ge_set(zero))
+        one = self._const(1)
+        positive = valid
+        for name in names:
             if isinstance(self.params[name], E.Var) and any(
                     self.params[name] in expr_vars(x) for x in extents):
                 positive = positive.intersect(self.aff(E.Var(name)).ge_set(one))
         # "always wrong" means: for every valid sizes of at least 1 (a guard or a zero-
         # eliminated loop bound that runs an access only for n >= 2 leaves n = 1 correct)
         self._always = positive.intersect(valid).params()
-        # (domain of the loops and lets, exact?, guards not yet intersected, bound names)
-        self._stack: list[tuple[IslSet, bool, tuple[E.Expr, ...], frozenset[str]]] = [
-            (valid, True, (), frozenset())]
         self.isl.set_budget(MAX_OPERATIONS)  # each loop, let and proof from here on
+        return valid
 
     # ---------------------------------------------------------------- translation
     def _const(self, v: int) -> PwAff:
@@ -308,14 +328,50 @@ class AffineProver:
 
     # ---------------------------------------------------------------- domains
     def push_loop(self, s: For) -> None:
-        self.isl.reset_budget()
-        try:
-            self._push_loop(s)
-        except _isl().IslError:  # over the operation budget: the loop's bounds are not used
-            self._push_unknown(s.var)
+        self._push(s.var, ("loop", s))
 
-    def _push_loop(self, s: For) -> None:
-        dom, exact = self._fresh(s.var)
+    def push_let(self, s: LetStmt) -> None:
+        self._push(s.var, ("let", s))
+
+    def push_cond(self, cond: E.Expr, holds: bool = True) -> None:
+        """Enter a guarded region; the guard is intersected only when a proof needs it."""
+        _, _, guards, names, _ = self._stack[-1]
+        new = _conjuncts(cond if holds else E.Not(cond))
+        self._stack.append([None, None, guards + tuple(new), names, ("cond", None)])
+
+    def pop(self) -> None:
+        self._stack.pop()
+
+    def _push(self, var: E.Var, how: tuple[str, Any]) -> None:
+        _, _, guards, names, _ = self._stack[-1]
+        rebound = var.name in names  # rebinding a name in scope: its guards no longer apply
+        self._stack.append([None, None, () if rebound else guards, names | {var.name},
+                            (*how, rebound)])
+
+    def _level(self, k: int) -> list[Any]:
+        """Level ``k`` of the stack with its domain and exactness computed."""
+        level = self._stack[k]
+        if level[0] is not None:
+            return level
+        if k == 0:
+            level[0] = self._base()
+            return level
+        dom, exact = self._level(k - 1)[:2]
+        kind, s, *rebound = level[4]
+        if kind != "cond":
+            self.isl.reset_budget()
+            try:
+                dom, exact = (self._loop_domain if kind == "loop" else self._let_domain)(
+                    s, self.isl.eliminate(dom, s.var.name), exact)
+            except _isl().IslError:  # over the operation budget: the bounds are not used
+                # (one projection of the enclosing domain, which its levels already paid for)
+                with self.isl.unlimited(then=MAX_OPERATIONS):
+                    dom, exact = self.isl.eliminate(dom, s.var.name), False
+            exact = exact and not rebound[0]
+        level[0], level[1] = dom, exact
+        return level
+
+    def _loop_domain(self, s: For, dom: IslSet, exact: bool) -> tuple[IslSet, bool]:
         v = self.aff(s.var)
         for bound, make in ((s.lo, lambda b: v.ge_set(b)), (s.hi, lambda b: v.lt_set(b))):
             b = self.aff(bound)
@@ -329,48 +385,27 @@ class AffineProver:
                 exact = False
             else:
                 dom = dom.intersect(self.isl.mod(v.sub(lo), s.step).eq_set(self._const(0)))
-        self._push(s.var, dom, exact)
+        return dom, exact
 
-    def push_let(self, s: LetStmt) -> None:
-        self.isl.reset_budget()
-        try:
-            self._push_let(s)
-        except _isl().IslError:  # over the operation budget: the value is not used
-            self._push_unknown(s.var)
-
-    def _push_unknown(self, var: E.Var) -> None:
-        """Bind ``var`` with no known range (outside the budget: one projection of the
-        enclosing domain, which the enclosing loops already paid for)."""
-        with self.isl.unlimited(then=MAX_OPERATIONS):
-            self._push(var, self._fresh(var)[0], False)
-
-    def _push_let(self, s: LetStmt) -> None:
-        dom, exact = self._fresh(s.var)
+    def _let_domain(self, s: LetStmt, dom: IslSet, exact: bool) -> tuple[IslSet, bool]:
         value = self.aff(s.value) if s.value.dtype in _INT else None
         if value is None:
-            exact = False
-        else:
-            dom = dom.intersect(self.aff(s.var).eq_set(value))
-        self._push(s.var, dom, exact)
+            return dom, False
+        return dom.intersect(self.aff(s.var).eq_set(value)), exact
 
-    def push_cond(self, cond: E.Expr, holds: bool = True) -> None:
-        """Enter a guarded region; the guard is intersected only when a proof needs it."""
-        dom, exact, guards, names = self._stack[-1]
-        new = _conjuncts(cond if holds else E.Not(cond))
-        self._stack.append((dom, exact, guards + tuple(new), names))
-
-    def pop(self) -> None:
-        self._stack.pop()
-
-    def _fresh(self, var: E.Var) -> tuple[IslSet, bool]:
-        dom, exact, _, _ = self._stack[-1]
-        return self.isl.eliminate(dom, var.name), exact
-
-    def _push(self, var: E.Var, dom: IslSet, exact: bool) -> None:
-        _, _, guards, names = self._stack[-1]
-        if var.name in names:  # rebinding a name in scope: its guards no longer apply
-            guards, exact = (), False
-        self._stack.append((dom, exact, guards, names | {var.name}))
+    def _loop_index(self, buf: Buffer, axis: int, index: E.Expr) -> bool:
+        """Whether ``index`` is the variable of the innermost loop binding it, a loop from 0
+        to the axis's extent (``A[i, k]`` in ``for i in [0, n)``, ``for k in [0, 16)``): in
+        bounds without isl."""
+        if not isinstance(index, E.Var):
+            return False
+        for level in reversed(self._stack):
+            how = level[4]
+            if how is not None and how[0] != "cond" and how[1].var.name == index.name:
+                s = how[1]
+                return (how[0] == "loop" and isinstance(s.lo, E.Const) and s.lo.value == 0
+                        and _at_most(s.hi, buf.shape[axis]))
+        return False
 
     # ---------------------------------------------------------------- verdicts
     def verdict(self, buf: Buffer, axis: int, index: E.Expr, path: E.Expr, kind: str,
@@ -382,6 +417,9 @@ class AffineProver:
         their loops alone, and a zero-eliminated guard can hold dozens of nested divisions.
         A proof over :data:`MAX_OPERATIONS` isl operations gives up: "runtime".
         """
+        if self._loop_index(buf, axis, index):
+            return "safe"
+        self._level(len(self._stack) - 1)
         self.isl.reset_budget()
         try:
             return self._verdict(buf, axis, index, path, kind, access)
@@ -394,7 +432,7 @@ class AffineProver:
         idx, ext = self.aff(index), self.aff(buf.shape[axis])
         if idx is None or ext is None:
             return "runtime"
-        dom, exact, guards, _ = self._stack[-1]
+        dom, exact, guards, _, _ = self._stack[-1]
         bad = dom.intersect(idx.lt_set(self._const(0)).union(idx.ge_set(ext)))
         if bad.is_empty():
             return "safe"
@@ -468,6 +506,14 @@ def _conjuncts(e: E.Expr) -> list[E.Expr]:
     if isinstance(e, E.Const) and e.value is True:
         return []
     return [e]
+
+
+def _at_most(hi: E.Expr, extent: E.Expr) -> bool:
+    """Whether ``hi <= extent`` for every size: the same expression, or constants."""
+    if isinstance(hi, E.Const) and isinstance(extent, E.Const):
+        return isinstance(hi.value, int) and isinstance(extent.value, int) and \
+            hi.value <= extent.value
+    return bool(hi == extent)
 
 
 def _has_load(e: E.Expr) -> bool:

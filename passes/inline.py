@@ -4,7 +4,9 @@ A compute stage ``P[axes] = body`` is *inlined* when every read ``P[idx]`` in th
 stages is replaced by ``body`` with ``axes := idx`` (:func:`tecomp.functor.substitute`), so
 ``P`` needs no buffer.  A read whose bounds check inlining would drop (a gather
 ``P[idx[i]]``, an index that may leave ``P``; :mod:`.inline_bounds`) keeps ``P`` a buffer, so
-the kernel raises wherever the reference evaluator does.  As in TVM's ``compute_inline`` /
+the kernel raises wherever the reference evaluator does; so does a body whose own reads may
+leave their tensors when no reader reads every element of ``P`` (the evaluator computes all
+of ``P``; :mod:`.whole_stage`).  As in TVM's ``compute_inline`` /
 Halide's default inlining of pure functions, only element-wise stages are candidates, and only
 when inlining does not raise the cost:
 
@@ -43,7 +45,8 @@ from tecomp.cost import expr_flops
 from tecomp.functor import ExprMutator, children, op_exprs, substitute, walk
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
-from .inline_bounds import reads_checked_in_place
+from .inline_bounds import reads_checked_in_place, reads_every_element
+from .whole_stage import needs_whole_domain
 
 INLINE_BUDGET = 512
 
@@ -181,6 +184,9 @@ def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_
                 continue
             if not _covering(exprs[id(s)][0], p, frozenset(ax.var for ax in s.op.axes)):
                 continue
+        if (sites and not any(reads_every_element(s, exprs[id(s)], p) for s in readers)
+                and needs_whole_domain(p, body)):
+            continue  # computed only where read, it would skip a bad index elsewhere
         rep = _Replace(p, p.op.axes, body)
         for s in readers:
             exprs[id(s)] = tuple(rep.visit(e) for e in exprs[id(s)])

@@ -176,6 +176,103 @@ def _range(e: E.Expr, env: Env) -> Range:
     return None
 
 
+# ------------------------------------------------------------------ whole stages
+def reads_every_element(reader: Tensor, exprs: Iterable[E.Expr], p: Tensor) -> bool:
+    """Whether ``reader`` (defined by ``exprs``) reads every element of ``p`` at one read
+    site that runs wherever ``reader``'s loops run (not under a ``select`` arm, the right
+    operand of ``&``/``|`` or a reduction's ``where``): the indices are distinct loop
+    variables, each starting at 0 with ``p``'s extent, and every other enclosing loop has a
+    constant extent ``>= 1`` (``H[i, j] = G[i, j] * 2``, ``sum_j G[i, j]``)."""
+    op = reader.op
+    if not isinstance(op, ComputeOp):
+        return False
+    loops = {ax.var: ax for ax in op.axes}
+    return any(_whole_read(e, p, loops) for e in exprs)
+
+
+def _whole_read(e: E.Expr, p: Tensor, loops: dict[E.Var, E.IterVar]) -> bool:
+    if isinstance(e, E.TensorRead) and e.tensor is p and _covers(e.indices, p, loops):
+        return True
+    if isinstance(e, E.Select):
+        return _whole_read(e.cond, p, loops)
+    if isinstance(e, (E.And, E.Or)):
+        return _whole_read(e.a, p, loops)
+    if isinstance(e, E.Reduce):
+        inner = {**loops, **{ax.var: ax for ax in e.axes}}
+        if e.where is not None:
+            return _whole_read(e.where, p, inner)
+        return _whole_read(e.body, p, inner)
+    return any(_whole_read(c, p, loops) for c in children(e))
+
+
+def _covers(indices: tuple[E.Expr, ...], p: Tensor, loops: dict[E.Var, E.IterVar]) -> bool:
+    used: set[E.Var] = set()
+    for i, s in zip(indices, p.shape):
+        ax = loops.get(i) if isinstance(i, E.Var) else None
+        if ax is None or i in used or _const(ax.lo) != 0 or not _same(ax.extent, s):
+            return False
+        used.add(i)
+    return all(_const(ax.lo) is not None and (_const(ax.extent) or 0) >= 1
+               for v, ax in loops.items() if v not in used)
+
+
+def _same(a: E.Expr, b: E.Expr) -> bool:
+    ca, cb = _const(a), _const(b)
+    return ca == cb if ca is not None or cb is not None else a == b
+
+
+def body_in_range(p: Tensor, body: E.Expr) -> bool:
+    """Whether every read in ``body`` (``p``'s body) is in range wherever it is evaluated at
+    every point of ``p``'s domain, by a syntactic test: each index is an axis starting at 0
+    with the extent of the tensor's axis (``X[i, j]`` in a stage of ``X``'s shape), or its
+    interval (as for :func:`reads_checked_in_place`) lies inside a constant extent.  False
+    also when the test cannot tell (a gather, a symbolic shift): the caller decides exactly."""
+    op = p.op
+    if not isinstance(op, ComputeOp):
+        return False
+    env: Env = {}
+    _bind_axes(op.axes, env)
+    return _in_range(body, env, {ax.var: ax for ax in op.axes})
+
+
+def _in_range(e: E.Expr, env: Env, loops: dict[E.Var, E.IterVar]) -> bool:
+    if isinstance(e, E.TensorRead):
+        return (all(_index_in_range(i, s, env, loops)
+                    for i, s in zip(e.indices, e.tensor.shape))
+                and all(_in_range(i, env, loops) for i in e.indices))
+    if isinstance(e, E.Select):
+        return (_in_range(e.cond, env, loops) and _in_range(e.t, _refine(e.cond, env), loops)
+                and _in_range(e.f, _refine(E.Not(e.cond), env), loops))
+    if isinstance(e, E.And):
+        return _in_range(e.a, env, loops) and _in_range(e.b, _refine(e.a, env), loops)
+    if isinstance(e, E.Or):
+        return _in_range(e.a, env, loops) and _in_range(e.b, _refine(E.Not(e.a), env), loops)
+    if isinstance(e, E.Reduce):
+        if not all(_in_range(x, env, loops) for ax in e.axes for x in (ax.lo, ax.extent)):
+            return False
+        inner = dict(env)
+        for ax in e.axes:
+            inner.pop(ax.var, None)
+        _bind_axes(e.axes, inner)
+        scope = {**loops, **{ax.var: ax for ax in e.axes}}
+        if e.where is not None:
+            return (_in_range(e.where, inner, scope)
+                    and _in_range(e.body, _refine(e.where, inner), scope))
+        return _in_range(e.body, inner, scope)
+    return all(_in_range(c, env, loops) for c in children(e))
+
+
+def _index_in_range(index: E.Expr, extent: E.Expr, env: Env,
+                    loops: dict[E.Var, E.IterVar]) -> bool:
+    if any(isinstance(x, E.TensorRead) for x in walk(index)):
+        return False
+    ax = loops.get(index) if isinstance(index, E.Var) else None
+    if ax is not None and _const(ax.lo) == 0 and _same(ax.extent, extent):
+        return True
+    ext, r = _const(extent), _range(index, env)
+    return ext is not None and r is not None and (r[0] > r[1] or 0 <= r[0] <= r[1] < ext)
+
+
 # ------------------------------------------------------------------ conditions
 def _refine(cond: E.Expr, env: Env) -> Env:
     """``env`` narrowed by the conjuncts ``v < e``, ``v <= e``, ``v == e`` (and mirrored) of

@@ -229,8 +229,8 @@ def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tens
             read = E.TensorRead(stage, tuple(idx), x.dtype)
             if x is prod:
                 body = E.mul(read, _product(rest, red.dtype))
-                mapping[red] = make_reduce("sum", body if sign > 0 else E.neg(body), red.axes,
-                                           red.where, red.dtype)
+                mapping[red] = make_reduce(red.combiner, body if sign > 0 else E.neg(body),
+                                           red.axes, red.where, red.dtype)
                 break
             mapping[x] = read
     return mapping

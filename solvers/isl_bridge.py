@@ -54,6 +54,11 @@ class IslSpace:
         self._dim = {n: (_T.set, i) for i, n in enumerate(dims)}
         self._dim.update({n: (_T.param, i) for i, n in enumerate(params)})
         self.params = tuple(params)
+        # isl objects are values (islpy copies the operands a function consumes), so one
+        # object per constant and dimension serves every use: islpy keeps a few dozen bytes
+        # of every object it makes (about 32, measured with islpy 2026.2) until the process
+        # ends, and a proof asks for the same few constants and variables many times
+        self._made: dict[tuple[str, int | str], PwAff] = {}
 
     @property
     def context(self) -> isl.Context:
@@ -63,16 +68,24 @@ class IslSpace:
     # ---------------------------------------------------------------- building
     def const(self, v: int) -> PwAff:
         """The constant function ``v``."""
-        aff = isl.Aff.zero_on_domain(self._ls).set_constant_val(
-            isl.Val.int_from_si(self._ctx, int(v)))
-        return isl.PwAff.from_aff(aff)
+        key = ("const", int(v))
+        out = self._made.get(key)
+        if out is None:
+            aff = isl.Aff.zero_on_domain(self._ls).set_constant_val(
+                isl.Val.int_from_si(self._ctx, int(v)))
+            out = self._made[key] = isl.PwAff.from_aff(aff)
+        return out
 
     def var(self, name: str) -> PwAff | None:
         """The function giving dimension or parameter ``name`` (None when there is none)."""
         where = self._dim.get(name)
         if where is None:
             return None
-        return isl.PwAff.from_aff(isl.Aff.var_on_domain(self._ls, *where))
+        key = ("var", name)
+        out = self._made.get(key)
+        if out is None:
+            out = self._made[key] = isl.PwAff.from_aff(isl.Aff.var_on_domain(self._ls, *where))
+        return out
 
     def floordiv(self, a: PwAff, d: int) -> PwAff:
         """``floor(a / d)`` for ``d > 0``."""

@@ -69,3 +69,43 @@ def test_many_optimisations_do_not_grow_memory():
     for _ in range(900):
         one()
     assert _rss_mib() - start < 0.6  # a pass builder each: about 1.6 MiB
+
+
+# islpy keeps about 32 bytes of every isl object it makes: a proof makes as few as it can
+def _counted_spaces(monkeypatch):
+    from tecomp.solvers import isl_bridge
+
+    made = []
+
+    class Counted(isl_bridge.IslSpace):
+        def __init__(self, *args):
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(isl_bridge, "IslSpace", Counted)
+    return made
+
+
+def test_a_proof_of_plain_loop_indices_makes_no_isl_objects(monkeypatch):
+    import tecomp as tc
+    from tecomp.passes.bounds_check import add_bounds_checks
+
+    made = _counted_spaces(monkeypatch)
+    n = tc.var("n")
+    A = tc.placeholder((n, 16), name="A")
+    k = tc.reduce_axis(16, name="k")
+    S = tc.compute((n,), lambda i: tc.sum(tc.sin(A[i, k]), axis=k), name="S")
+    assert add_bounds_checks(tc.lower(S, [A]).func)[1] is None
+    assert made == []
+    B = tc.compute((n - 1,), lambda i: A[i + 1, 3], name="B")  # needs isl, still proven
+    assert add_bounds_checks(tc.lower(B, [A]).func)[1] is None
+    assert len(made) == 1
+    C = tc.compute((n,), lambda i: A[i + 1, 3], name="C")  # out of range for every n
+    with pytest.raises(tc.LoweringError, match=r"A\[i \+ 1, 3\]"):
+        add_bounds_checks(tc.lower(C, [A]).func)
+
+
+def test_a_space_makes_each_constant_and_variable_once():
+    sp = IslSpace(["i"], ["n"])
+    assert sp.const(3) is sp.const(3) and sp.var("n") is sp.var("n")
+    assert sp.const(3) is not sp.const(4)

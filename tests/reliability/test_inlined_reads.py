@@ -119,3 +119,109 @@ def test_gather_checked_by_a_read_of_the_inlined_body_stays_inlined(rng):
     with pytest.raises(tc.IndexBoundsError, match=r"axis 1 index 5 not in \[0, 5\)"):
         kernel(x, bad)
     assert ls.name not in _temps([loss], [X, y])  # X[i, y[i]] is checked in its place
+
+
+# ------------------------------------------- a stage computed only where a consumer reads it
+# The evaluator computes every stage over its whole domain: an index out of range anywhere in
+# a stage raises, whether or not the outputs use that element.  Inlining into a reader of
+# some of its elements (or absorbing into a crop) must not skip that.
+def _partly_read_gather():
+    n = tc.var("n")
+    X2 = tc.placeholder((5,), name="X2")
+    idx5 = tc.placeholder((n,), name="idx5", dtype="int64")
+    S4 = tc.compute((n,), lambda i: tc.exp(X2[idx5[i]]) * 2.0, name="S4")
+    S6 = tc.compute((2,), lambda i: S4[(i + 1) % n], name="S6")
+    x = np.arange(5, dtype=np.float32) / 4
+    return S6, [X2, idx5], x
+
+
+def test_bad_gather_index_where_the_consumer_does_not_read_raises_on_llvm():
+    S6, ins, x = _partly_read_gather()
+    kernel = tc.build(S6, ins)
+    good = np.array([0, 1, 2, 4])
+    np.testing.assert_allclose(kernel(x, good), tc.evaluate([S6], dict(zip(ins, [x, good])))[0],
+                               rtol=1e-6)
+    bad = np.array([0, 1, 2, 9])  # S6 reads S4[1] and S4[2] only
+    _evaluator_raises([S6], dict(zip(ins, [x, bad])), "X2")
+    with pytest.raises(tc.IndexBoundsError, match=r"tensor 'X2' at position \(9,\)"):
+        kernel(x, bad)
+
+
+def test_bad_gather_index_where_the_consumer_does_not_read_raises_on_cuda():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen" / "cuda"))
+    from cuda_emulator import EmulatedDevice, compile_emulated, gxx_available
+
+    S6, ins, x = _partly_read_gather()
+    kernel = tc.build(S6, ins, target="cuda", name="partly_read_gather")
+    if not gxx_available():
+        pytest.skip("g++ is not available")
+    compile_emulated([kernel.source])
+    good = np.array([3, 1, 2, 0])
+    np.testing.assert_allclose(kernel.launch([x, good], device=EmulatedDevice()),
+                               tc.evaluate([S6], dict(zip(ins, [x, good])))[0], rtol=1e-6)
+    with pytest.raises(tc.IndexBoundsError, match=r"tensor 'X2' at position \(9,\)"):
+        kernel.launch([x, np.array([0, 1, 2, 9])], device=EmulatedDevice())
+
+
+def test_affine_read_out_of_range_where_the_consumer_does_not_read_fails_the_build():
+    A = tc.placeholder((4,), name="A")
+    P = tc.compute((4,), lambda i: A[i + 1], name="P")
+    Q = tc.compute((1,), lambda i: P[0] * 2.0, name="Q")
+    _evaluator_raises([Q], {A: np.ones(4, np.float32)}, "A")
+    with pytest.raises(tc.LoweringError, match=r"tensor 'A' in A\[i \+ 1\]"):
+        tc.build(Q, [A])
+
+
+def test_undecidable_index_out_of_range_where_the_consumer_does_not_read_raises():
+    m = tc.var("m")
+    A = tc.placeholder((m,), name="A")
+    P = tc.compute((4,), lambda i: A[i * i], name="P")
+    Q = tc.compute((1,), lambda i: P[1] + 1.0, name="Q")
+    a = np.ones(5, np.float32)
+    _evaluator_raises([Q], {A: a}, "A")
+    with pytest.raises(tc.IndexBoundsError, match=r"tensor 'A' at position \(9,\)"):
+        tc.build(Q, [A])(a)
+    np.testing.assert_array_equal(tc.build(Q, [A])(np.ones(10, np.float32)), [2.0])
+
+
+def test_bad_index_in_the_border_a_crop_drops_raises():
+    n = tc.var("n")
+    X = tc.placeholder((4, 3), name="X")
+    idx = tc.placeholder((n,), name="idx", dtype="int64")
+    k = tc.reduce_axis(3, name="k")
+    P = tc.compute((n,), lambda j: tc.sum(X[idx[j], k], axis=k), name="P")  # a reduction
+    C = tc.compute((n - 1,), lambda i: P[i + 1], name="C")  # the crop drops P[0]
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    kernel = tc.build(C, [X, idx])
+    good = np.array([0, 3, 1])
+    np.testing.assert_array_equal(kernel(x, good), tc.evaluate([C], {X: x, idx: good})[0])
+    bad = np.array([7, 3, 1])
+    _evaluator_raises([C], {X: x, idx: bad}, "X")
+    with pytest.raises(tc.IndexBoundsError, match=r"tensor 'X' at position \(7, 0\)"):
+        kernel(x, bad)
+
+
+def test_gather_read_in_full_stays_inlined():
+    n = tc.var("n")
+    Em = tc.placeholder((6, 4), name="Em")
+    idx = tc.placeholder((n,), name="idx", dtype="int64")
+    G = tc.compute((n, 4), lambda i, j: Em[idx[i], j], name="G")
+    H = tc.compute((n, 4), lambda i, j: G[i, j] * 2.0 + G[i, 3 - j], name="H")
+    k = tc.reduce_axis(4, name="k")
+    S = tc.compute((n,), lambda i: tc.sum(G[i, k], axis=k), name="S")
+    assert _temps([H, S], [Em, idx]) == []
+    e = np.arange(24, dtype=np.float32).reshape(6, 4)
+    kernel = tc.build([H, S], [Em, idx])
+    with pytest.raises(tc.IndexBoundsError, match=r"tensor 'Em' at position \(6, 0\)"):
+        kernel(e, np.array([1, 6]))
+
+
+def test_partly_read_stage_whose_reads_stay_in_range_is_still_inlined():
+    n = tc.var("n")
+    X = tc.placeholder((n, 4), name="X")
+    P = tc.compute((n, 4), lambda i, j: X[i, j] * 3.0 + X[i, 3 - j], name="P")
+    Q = tc.compute((n, 2), lambda i, j: P[i, 2 * j] + 1.0, name="Q")  # even columns only
+    assert _temps([Q], [X]) == []

@@ -125,3 +125,21 @@ def test_read_in_an_arm_taken_only_for_larger_sizes_is_a_size_check():
     np.testing.assert_array_equal(kernel(np.array([2.0], np.float32), 1), [[6.0]])
     with pytest.raises(tc.IndexBoundsError, match=r"n = 2 .*'X1'.*X1\[\(i0 \+ 1\) // 2\]"):
         kernel(np.array([2.0], np.float32), 2)
+
+
+def test_stashed_factor_of_a_max_keeps_the_max():
+    # seed-12 soak: the part of a max's body that skips an output axis was stashed into a
+    # stage of its own and the max rebuilt as a sum (every output was the sum of the terms)
+    n, m = tc.var("n"), tc.var("m")
+    X1 = tc.placeholder((4,), name="X1")
+    S2 = tc.compute((m,), lambda i0: tc.cast(X1[(i0 * 2 + i0 * 3 + 1) // 2], "float64"),
+                    name="S2")
+    r4 = tc.reduce_axis(n, name="r4")
+    S3 = tc.compute((n,), lambda i0: tc.max(tc.cast(r4, "float64") * 0.25
+                                             * S2[(r4 * 3 + 2) // 6] * S2[i0 * m // n],
+                                             axis=r4), name="S3")
+    x = np.array([0.3, -0.7, 0.9, 0.2], np.float32)
+    want = tc.evaluate([S2, S3], {X1: x, n: 4, m: 2})
+    np.testing.assert_allclose(want[1], [0.045, 0.045, 0.03, 0.03], rtol=1e-6)
+    got = tc.build([S2, S3], [X1, n, m])(x, 4, 2)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
