@@ -206,48 +206,48 @@ def _box(ax: E.IterVar, factors: list[E.TensorRead], data: set[E.Var], max_box: 
     return None
 
 
+def _assignments(names: set[E.Var], ranges: dict[E.Var, tuple[int, int]], most: int):
+    """Every assignment of the variables ``names`` over their constant ``ranges``, as dicts;
+    None when a variable has no range or there are more than ``most`` of them."""
+    order = sorted(names, key=lambda u: u.name)
+    if any(u not in ranges for u in order):
+        return None
+    count = 1
+    for u in order:
+        count *= ranges[u][1] - ranges[u][0]
+    if count > most:
+        return None
+    return [dict(zip(order, vs)) for vs in itertools.product(*(range(*ranges[u]) for u in order))]
+
+
 def _mean_width(lo: E.Expr, hi: E.Expr, blo: int, bhi: int,
                 ranges: dict[E.Var, tuple[int, int]], most: int = 4096) -> float | None:
     """The mean over the data positions of the clipped window's width ``min(bhi, hi) -
     max(blo, lo)`` (None: not enumerable)."""
-    names = sorted(free_vars(lo) | free_vars(hi), key=lambda u: u.name)
-    if any(u not in ranges for u in names):
+    envs = _assignments(free_vars(lo) | free_vars(hi), ranges, most)
+    if not envs:
         return None
-    count = 1
-    for u in names:
-        count *= ranges[u][1] - ranges[u][0]
-    if count > most or count == 0:
-        return None
-    total = 0
     try:
-        for values in itertools.product(*(range(*ranges[u]) for u in names)):
-            env = dict(zip(names, values))
-            total += max(0, min(bhi, eval_int(hi, env)) - max(blo, eval_int(lo, env)))
+        total = sum(max(0, min(bhi, eval_int(hi, env)) - max(blo, eval_int(lo, env)))
+                    for env in envs)
     except Exception:  # a form eval_int does not read
         return None
-    return total / count if total else None
+    return total / len(envs) if total else None
 
 
 def constant_width(lo: E.Expr, hi: E.Expr, data: set[E.Var],
-           ranges: dict[E.Var, tuple[int, int]], most: int = 1024) -> int | None:
+                   ranges: dict[E.Var, tuple[int, int]], most: int = 1024) -> int | None:
     """``hi - lo`` when it is one constant over the data axes (affine forms compared, else
     every combination of their values enumerated, at most ``most``), else None."""
     lo_form, hi_form = _affine(lo, data), _affine(hi, data)
     if lo_form is not None and hi_form is not None:
         return hi_form[0] - lo_form[0] if lo_form[1] == hi_form[1] else None
-    names = sorted(free_vars(lo) | free_vars(hi), key=lambda u: u.name)
-    if not set(names) <= data or any(u not in ranges for u in names):
+    names = free_vars(lo) | free_vars(hi)
+    envs = _assignments(names, ranges, most) if names <= data else None
+    if not envs:
         return None
-    count = 1
-    for u in names:
-        count *= ranges[u][1] - ranges[u][0]
-    if count > most:
-        return None
-    widths = set()
     try:
-        for values in itertools.product(*(range(*ranges[u]) for u in names)):
-            env = dict(zip(names, values))
-            widths.add(eval_int(hi, env) - eval_int(lo, env))
+        widths = {eval_int(hi, env) - eval_int(lo, env) for env in envs}
     except Exception:  # a form eval_int does not read
         return None
     return widths.pop() if len(widths) == 1 else None
@@ -268,17 +268,10 @@ def _clips(lo: E.Expr, hi: E.Expr, blo: int, bhi: int, idx: E.Expr, v: E.Var, n:
     """Whether ``[max(blo, lo), min(bhi, hi))`` is exactly the set of ``v`` in ``[blo, bhi)``
     with ``0 <= idx < n``, for every value of the other variables (checked on all of them:
     at most ``most`` combinations over the constant ranges of ``ranges``)."""
-    others = sorted((free_vars(lo) | free_vars(hi) | free_vars(idx)) - {v},
-                    key=lambda u: u.name)
-    if any(u not in ranges for u in others):
+    envs = _assignments((free_vars(lo) | free_vars(hi) | free_vars(idx)) - {v}, ranges, most)
+    if envs is None:
         return False
-    count = 1
-    for u in others:
-        count *= ranges[u][1] - ranges[u][0]
-    if count > most:
-        return False
-    for values in itertools.product(*(range(*ranges[u]) for u in others)):
-        env = dict(zip(others, values))
+    for env in envs:
         try:
             first, end = max(blo, eval_int(lo, env)), min(bhi, eval_int(hi, env))
             inside = [u for u in range(blo, bhi) if 0 <= eval_int(idx, {**env, v: u}) < n]
@@ -312,20 +305,14 @@ def _span(e: E.Expr, ranges: dict[E.Var, tuple[int, int]],
         lo = const + sum(min(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
         hi = const + sum(max(c * ranges[u][0], c * (ranges[u][1] - 1)) for u, c in coef.items())
         return lo, hi
-    names = sorted(free_vars(e), key=lambda u: u.name)
-    if any(u not in ranges for u in names):
-        return None
-    count = 1
-    for u in names:
-        count *= ranges[u][1] - ranges[u][0]
-    if count > most:
+    envs = _assignments(free_vars(e), ranges, most)
+    if not envs:
         return None
     try:
-        values = [eval_int(e, dict(zip(names, vs)))
-                  for vs in itertools.product(*(range(*ranges[u]) for u in names))]
+        values = [eval_int(e, env) for env in envs]
     except Exception:  # a form eval_int does not read
         return None
-    return (min(values), max(values)) if values else None
+    return min(values), max(values)
 
 
 def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
