@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -17,35 +16,6 @@ from tecomp import pipeline, program_cache
 from tecomp.codegen import disk_cache as dc
 
 BEFORE_CODEGEN = ("zero_elimination", "simplify", "lower", "bounds_check")
-
-
-@pytest.fixture
-def store(tmp_path):
-    old = dc.set_default_cache(tmp_path)
-    yield dc.default_cache()
-    dc.set_default_cache(old)
-
-
-class Phases(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.names = []
-
-    def emit(self, record):
-        if hasattr(record, "seconds"):
-            self.names.append(record.phase)
-
-
-@pytest.fixture
-def phases():
-    h = Phases()
-    log = logging.getLogger("tecomp.phases")
-    old = log.level
-    log.addHandler(h)
-    log.setLevel(logging.DEBUG)
-    yield h.names
-    log.removeHandler(h)
-    log.setLevel(old)
 
 
 def _program(scale=2.0, n=12, name="B"):
