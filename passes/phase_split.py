@@ -23,13 +23,22 @@ with every floor division and modulo by the stride in the body normalised (``(2*
 When it applies: the stage is a ``sum`` without ``where`` whose data axes have constant
 extents; the bounds of some reduction axis hold floor divisions by a constant ``s >= 2`` of
 expressions in trailing data axes, each of whose extents ``s`` divides, and in every phase
-each such window has the same constant width (a 4-wide kernel at stride 2: two rows in each
-phase; a 3-wide one has phases of two and one and is left to the CPU's residue split) at
-most half as wide as its constant bounds (a window sliding across the image, not a
-dilated kernel's, which the bounds clip); the
-phase axes go outermost (the output channel stays next to the spatial axes, as the row of
-the register tiles).  Legality: ``(ry, yq) -> s*yq + ry`` is a bijection
-onto the axis' range, so the phase stage holds exactly ``Y``'s values, permuted; the
+each such window has a constant width at most half as wide as its constant bounds (a
+window sliding across the image, not a dilated kernel's, which the bounds clip).  When that
+width is the same in every phase (a 4-wide kernel at stride 2: two rows in each phase), one
+stage holds all phases, the phase axes outermost (the output channel stays next to the
+spatial axes, as the row of the register tiles).  When it differs (a 3-wide kernel at
+stride 2: phases of two rows and of one), each phase is a stage of its own, ``Y_p01[b, f,
+yq, xq]`` for ``ry = 0, rx = 1``, and ``Y`` reads the one of its phase::
+
+    Y[b, f, y, x] = select(y % 2 == 0, select(x % 2 == 0, Y_p00[..], Y_p01[..]), ..)
+
+at most ``max_phases`` of them, and only when each phase sums at least ``min_terms`` terms
+(with fewer channels the residue split's loops along the image rows are the longer ones).
+
+Legality: ``(ry, yq) -> s*yq + ry`` is a bijection onto the axis' range, so the phase
+stages hold exactly ``Y``'s values, permuted (a phase stage with the phase fixed holds the
+values of that residue class, which the select reads for exactly that class); the
 normalisation rules are identities on integers.
 """
 
@@ -46,10 +55,12 @@ from .pad_windows import constant_width
 
 
 def split_phases(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
-                 inlined: set[int], *, max_inner: int = 64) -> list[Tensor]:
+                 inlined: set[int], *, max_inner: int = 64,
+                 max_phases: int = 9, min_terms: int = 16) -> list[Tensor]:
     """Split the stages that qualify (module docstring); returns the stage list with each
     phase stage inserted before the stage, which becomes its permuted copy."""
-    return insert_stages(stages, exprs, inlined, lambda t, body: _plan(t, body, max_inner))
+    return insert_stages(stages, exprs, inlined, lambda t, body: _plan(
+        t, body, max_inner, max_phases, min_terms))
 
 
 def _divisors(e: E.Expr, data: set[E.Var]) -> dict[E.Var, int]:
@@ -63,7 +74,7 @@ def _divisors(e: E.Expr, data: set[E.Var]) -> dict[E.Var, int]:
     return out
 
 
-def _plan(t: Tensor, body: E.Expr, max_inner: int):
+def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: int):
     if not (isinstance(body, E.Reduce) and body.combiner == "sum" and body.where is None):
         return None
     if any(isinstance(x, E.Reduce) for x in walk(body.body)) or len(t.op.axes) < 2:
@@ -99,15 +110,39 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int):
                                "data"))
         at[v] = E.add(E.mul(E.Const(s, v.dtype), q), r)
     lead = t.op.axes[:first]
-    # the phases outermost: the row the register tiles run over (an output channel) stays
-    # next to the flattened spatial axes
-    axes = tuple(phases) + tuple(lead) + tuple(quots)
     norm = _Normalise({q.var: found[v] for q, v in zip(quots, split)})
     raxes = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, at)),
                             norm.visit(substitute(ax.extent, at)), ax.kind) for ax in body.axes)
-    ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
-    for ax in raxes:  # every window split must have one width in all phases
+    summand = norm.visit(substitute(body.body, at))
+    # the phases outermost: the row the register tiles run over (an output channel) stays
+    # next to the flattened spatial axes
+    axes = tuple(phases) + tuple(lead) + tuple(quots)
+    verdict = _windows(raxes, {ax.var: (0, const_int(ax.extent)) for ax in axes})
+    if verdict is None:
+        return None
+    if verdict[0]:  # one width in every phase: one stage over the phase axes
+        total = make_reduce("sum", summand, raxes, None, body.dtype)
+        stage = Tensor(f"{t.name}_phases", tuple(ax.extent for ax in axes), t.dtype,
+                       ComputeOp(axes, total))
+        index = tuple(E.mod(v, E.Const(found[v], v.dtype)) for v in split)
+        index += tuple(ax.var for ax in lead)
+        index += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
+        return [stage], E.TensorRead(stage, index, t.dtype)
+    return _stage_per_phase(t, split, found, phases, lead, quots, raxes, summand, max_phases,
+                            min_terms)
+
+
+def _windows(raxes: tuple[E.IterVar, ...],
+             ranges: dict[E.Var, tuple[int, int]]) -> tuple[bool, int] | None:
+    """``(same, terms)``: ``same`` when every window the split moves has one constant width
+    over ``ranges`` (False when some width differs between phases: a 3-wide kernel at stride
+    2 has phases of 2 and 1 rows), ``terms`` the number of terms of the sum then (0 when
+    unknown); None when some window has another form, or is not narrow against its constant
+    bounds (a dilated kernel's, which the bounds clip)."""
+    same, terms = True, 1
+    for ax in raxes:
         if not free_vars(ax.lo) | free_vars(ax.extent):
+            terms *= const_int(ax.extent) or 0
             continue
         los, his = lower_terms(ax.lo), upper_terms(upper(ax.lo, ax.extent))
         moving = ([x for x in los if free_vars(x)], [x for x in his if free_vars(x)])
@@ -118,17 +153,57 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int):
             return None
         width = constant_width(moving[0][0], moving[1][0], set(ranges), ranges)
         if width is None:
-            return None  # a 3-wide kernel at stride 2: phases of 2 and 1 rows
-        if 2 * width > fixed[1][0] - fixed[0][0]:
-            return None  # not a narrow window sliding across the image (a dilated kernel's)
-    summand = norm.visit(substitute(body.body, at))
-    total = make_reduce("sum", summand, raxes, None, body.dtype)
-    stage = Tensor(f"{t.name}_phases", tuple(ax.extent for ax in axes), t.dtype,
-                   ComputeOp(axes, total))
-    index = tuple(E.mod(v, E.Const(found[v], v.dtype)) for v in split)
-    index += tuple(ax.var for ax in lead)
-    index += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
-    return [stage], E.TensorRead(stage, index, t.dtype)
+            same, terms = False, 0
+        elif width <= 0 or 2 * width > fixed[1][0] - fixed[0][0]:
+            return None
+        else:
+            terms *= width
+    return same, terms
+
+
+def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
+                     phases: list[E.IterVar], lead: tuple[E.IterVar, ...],
+                     quots: list[E.IterVar], raxes: tuple[E.IterVar, ...], summand: E.Expr,
+                     max_phases: int, min_terms: int):
+    """Windows whose widths differ between phases: a stage of its own for each phase
+    (``Y_p01[b, f, yq, xq]`` for ``y = 2*yq, x = 2*xq + 1``), each window then of one width,
+    and ``Y`` selects among them by ``y % 2, x % 2``; None unless each phase's sum has at
+    least ``min_terms`` terms (fewer channels than that: the residue split's loops over the
+    image rows are the longer)."""
+    combos: list[tuple[int, ...]] = [()]
+    for v in split:
+        combos = [c + (r,) for c in combos for r in range(found[v])]
+    if len(combos) > max_phases:
+        return None
+    axes = tuple(lead) + tuple(quots)
+    ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
+    norm = _Normalise({q.var: found[v] for q, v in zip(quots, split)})
+    stages: dict[tuple[int, ...], Tensor] = {}
+    for combo in combos:
+        fix = {ph.var: E.Const(r, ph.var.dtype) for ph, r in zip(phases, combo)}
+        rax = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, fix)),
+                              norm.visit(substitute(ax.extent, fix)), ax.kind) for ax in raxes)
+        verdict = _windows(rax, ranges)
+        if verdict is None or not verdict[0] or verdict[1] < min_terms:
+            return None
+        total = make_reduce("sum", norm.visit(substitute(summand, fix)), rax, None, t.dtype)
+        tag = "".join(map(str, combo))
+        stages[combo] = Tensor(f"{t.name}_p{tag}", tuple(ax.extent for ax in axes), t.dtype,
+                               ComputeOp(axes, total))
+    tail = tuple(ax.var for ax in lead)
+    tail += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
+
+    def choose(depth: int, prefix: tuple[int, ...]) -> E.Expr:
+        if depth == len(split):
+            return E.TensorRead(stages[prefix], tail, t.dtype)
+        v, s = split[depth], found[split[depth]]
+        out = choose(depth + 1, prefix + (s - 1,))
+        for r in range(s - 2, -1, -1):
+            cond = E.compare(E.EQ, E.mod(v, E.Const(s, v.dtype)), E.Const(r, v.dtype))
+            out = E.select(cond, choose(depth + 1, prefix + (r,)), out)
+        return out
+
+    return list(stages.values()), choose(0, ())
 
 
 class _Normalise(ExprMutator):

@@ -1,7 +1,8 @@
-"""Unit loops dropped and reduction nests linearised (passes/schedule/cpu/flat_loops.py):
-the digits enumerate the box in the nest's order, and the weight gradient of a 1x1
-convolution (data loops of one iteration, a sum over (n, y, x)) takes the register tiles
-and matches the evaluator."""
+"""Unit loops dropped, reduction nests linearised and dead code dropped
+(passes/schedule/cpu/flat_loops.py): the digits enumerate the box in the nest's order, the
+weight gradient of a 1x1 convolution (data loops of one iteration, a sum over (n, y, x))
+takes the register tiles and matches the evaluator, and loops of one or no iteration and
+branches on constants leave the scheduled program."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import tecomp as tc
 from tecomp import expr as E
 from tecomp.host import describe
 from tecomp.loop_printer import format_func
-from tecomp.loopir import Buffer, For, Store
+from tecomp.loopir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Store
 from tecomp.passes.schedule.cpu import schedule_cpu
-from tecomp.passes.schedule.cpu.flat_loops import drop_unit_loops, linear_nest
+from tecomp.passes.schedule.cpu.flat_loops import drop_dead_code, drop_unit_loops, linear_nest
 from tecomp.passes.schedule.cpu.microkernel import tile_shape
 from tecomp.stmt_functor import eval_int, walk_stmt
 
@@ -79,3 +80,24 @@ def test_serial_unit_loops_go_and_parallel_ones_stay():
     x = np.arange(20, dtype=np.float32).reshape(1, 4, 5, 1)
     np.testing.assert_array_equal(kernel(x), x * 2)
     assert schedule_cpu(func) is not None
+
+
+def test_dead_code_of_constant_bounds_is_dropped():
+    pc, p, q = (E.Var(n, I64) for n in ("pc", "p", "q"))
+    out = Buffer("out", (_c(300),), I64, "output")
+    tmp = Buffer("acc", (_c(1),), I64, "local")
+    full = For(p, pc, E.minimum(E.add(pc, _c(256)), _c(256)), Store(out, (p,), p))
+    edge = For(p, E.minimum(E.add(pc, _c(256)), _c(256)), _c(256), Store(out, (p,), _c(-1)))
+    last = IfThenElse(E.compare(E.GE, E.add(pc, _c(256)), _c(256)),
+                      Store(out, (_c(299),), _c(7)), Store(out, (_c(299),), _c(8)))
+    block = For(pc, _c(0), _c(256), Seq((full, Allocate(tmp, edge), last)), step=256)
+    par = For(q, _c(0), _c(1), Store(out, (E.add(q, _c(298)),), _c(5)), kind="parallel")
+    func = LoweredFunc("f", (), (out,), (), Seq((block, par)))
+    new = drop_dead_code(func)
+    loops = [s for s in walk_stmt(new.body) if isinstance(s, For)]
+    assert [(x.var, x.lo, x.hi, x.kind) for x in loops] == [
+        (p, _c(0), _c(256), "serial"), (q, _c(0), _c(1), "parallel")]  # parallel loops stay
+    assert not any(isinstance(s, (IfThenElse, Allocate)) for s in walk_stmt(new.body))
+    stores = [s for s in walk_stmt(new.body) if isinstance(s, Store)]
+    assert [s.value for s in stores][1] == _c(7)
+    assert drop_dead_code(new) is new  # nothing left to drop

@@ -1,6 +1,7 @@
 """Output phases of strided windows (passes/phase_split.py): a transposed convolution becomes
 one stride-1 convolution per phase (then an implicit GEMM), results match the evaluator in
-the interpreter and compiled, and windows whose phases differ in width are left alone."""
+the interpreter and compiled; windows whose phases differ in width get a stage per phase when
+each phase sums enough terms, and are left to the residue split otherwise."""
 
 from __future__ import annotations
 
@@ -54,11 +55,49 @@ def test_phase_split_transposed_convolutions_match_the_evaluator(r, stride, pad,
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
 
 
-def test_phases_of_different_widths_are_left_to_the_residue_split():
-    """A 3-wide kernel at stride 2: the input gradient's phases have windows of 2 and 1."""
+def test_phases_of_different_widths_are_left_to_the_residue_split_with_few_channels():
+    """A 3-wide kernel at stride 2: the input gradient's phases have windows of 2 and 1, and
+    with 8 output channels the narrowest phase sums only 8 terms."""
     X = tc.placeholder((2, 4, 16, 16), name="X")
     W = tc.placeholder((8, 4, 3, 3), name="W")
     Y = tc.ops.conv2d(X, W, stride=2, padding=1)
     H = tc.placeholder(Y.shape, name="H")
     dX, _ = tc.gradient(Y, [X, W], head=H)
-    assert "_phases" not in _cpu_text(dX, [X, W, H])
+    text = _cpu_text(dX, [X, W, H])
+    assert "_phases" not in text and "_p00" not in text
+
+
+def _strided_input_gradient(c, f, hw, r, stride, pad):
+    X = tc.placeholder((2, c, hw, hw), name="X")
+    W = tc.placeholder((f, c, r, r), name="W")
+    Y = tc.ops.conv2d(X, W, stride=stride, padding=pad)
+    H = tc.placeholder(Y.shape, name="H")
+    return X, W, H, tc.gradient(Y, [X], head=H)[0]
+
+
+def test_phases_of_different_widths_get_a_stage_each():
+    """The input gradient of a 3x3 stride-2 convolution, 16 -> 32 channels: four phase
+    stages (windows 1x1, 1x2, 2x1, 2x2, 32 to 128 terms), each an implicit GEMM."""
+    X, W, H, dX = _strided_input_gradient(16, 32, 16, 3, 2, 1)
+    text = _cpu_text(dX, [X, W, H])
+    for tag in ("00", "01", "10", "11"):
+        assert f"X_grad_p{tag}_rows: float32[2, 16, 64]" in text
+    assert "_phases" not in text and "max(" not in text
+    scheduled = str(tc.lower(dX, [X, W, H], target="llvm"))
+    assert "(local)" in scheduled and "lanes for" in scheduled  # the register tiles
+
+
+@pytest.mark.parametrize("c,f,hw,r,stride,pad", [(3, 32, 16, 3, 2, 1), (2, 16, 12, 3, 2, 0),
+                                                 (3, 20, 15, 5, 3, 2), (2, 17, 20, 5, 2, 2)])
+def test_stage_per_phase_matches_the_evaluator(c, f, hw, r, stride, pad):
+    rng = np.random.default_rng(c * 100 + f + r)
+    X, W, H, dX = _strided_input_gradient(c, f, hw, r, stride, pad)
+    ins = [X, W, H]
+    text = _cpu_text(dX, ins)
+    assert "X_grad_p0" in text  # the split applies (widths 2 and 1, or 2 and 3 for r = 5)
+    arrays = _arrays(ins, rng)
+    want = tc.evaluate([dX], dict(zip(ins, arrays)))[0]
+    func, consts = pipeline.lower([dX], ins, target_name="llvm")
+    np.testing.assert_allclose(run(func, arrays, constants=consts)[0], want, rtol=1e-5,
+                               atol=1e-4)
+    np.testing.assert_allclose(tc.build(dX, ins)(*arrays), want, rtol=1e-5, atol=1e-4)

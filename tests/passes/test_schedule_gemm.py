@@ -257,3 +257,40 @@ def test_plain_order_contractions_take_register_tiles_with_their_epilogue(
         kernel.threads = threads
         np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
                                    err_msg=f"{sizes} {dtype} {epilogue}, {threads} threads")
+
+
+@pytest.mark.parametrize("dtype, sizes", [("float32", (45, 700, 70)), ("float64", (19, 50, 37)),
+                                          ("float32", (8, 16, 32))])
+def test_row_operands_strided_along_the_reduction_are_packed(dtype, sizes, monkeypatch):
+    """``h[i, j] = sum_r xT[r, i] * W[j, r] + b[j]``: the row operand ``xT`` steps a whole row
+    per step of ``r``; the whole tiles broadcast it from a packed ``xT_rows`` panel, the rows
+    past them (45 = 5 tiles of 8 and 5 rows) read it as it is.  A row-major ``x[i, r]``, or
+    a convolution's linearised weights, is read in place."""
+    from tecomp.codegen import kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    n, k, m = sizes
+    xT = tc.placeholder((k, n), name="xT", dtype=dtype)
+    W = tc.placeholder((m, k), name="W", dtype=dtype)
+    b = tc.placeholder((m,), name="b", dtype=dtype)
+    r = tc.reduce_axis(k, name="r")
+    out = tc.compute((n, m), lambda i, j: tc.sum(xT[r, i] * W[j, r], axis=r) + b[j], name="h")
+    outs, ins = [out], [xT, W, b]
+    func, _ = lower_program(outs, ins)
+    text = str(schedule_cpu(func).body)
+    assert "xT_rows[" in text
+    dense = str(schedule_cpu(lower_program(*_dense(n, k, m, dtype, "bias"))[0]).body)
+    assert "lanes for" in dense and "x_rows" not in dense
+    X = tc.placeholder((2, 16, 10, 10), name="X")
+    K = tc.placeholder((32, 16, 3, 3), name="K")
+    conv = str(tc.lower(tc.ops.conv2d(X, K, padding=1), [X, K], target="llvm"))
+    assert "lanes for" in conv and "K_rows" not in conv
+    rng = np.random.default_rng(sum(sizes))
+    arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    kernel = _kernel(schedule_cpu(func))
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
+                                   err_msg=f"{sizes} {dtype}, {threads} threads")

@@ -8,12 +8,18 @@ convolution's weight gradient keeps data loops of one iteration (``ky``, ``kx``)
 
 * :func:`drop_unit_loops` replaces every serial loop of exactly one iteration by its
   variable's value.
+* :func:`drop_dead_code` (last, on the scheduled program): a serial loop of one iteration
+  (any step: a cache block ``for (pc, 0, 256, step 256)`` over a 256-wide axis) is its body
+  at the lower bound; a loop of no iteration, a branch whose condition folded to a constant
+  and an allocation left with nothing in it go.  The register tiles' edge code for
+  extents their tiles divide (``for (p, 256, 256)``) then never reaches LLVM.
 * :func:`linear_nest` reads a nest of reduction loops with constant bounds as one loop ``k``
   over the product of their extents, each variable recovered by the mixed-radix digits of
   ``k``: ``c = k // 9``, ``ry = k // 3 % 3``, ``rx = k % 3`` (lexicographic order, so the
   terms are added in the order of the nest).
 
-Legality: a one-iteration loop runs its body once with its lower bound; the digits are a
+Legality: a one-iteration loop runs its body once with its lower bound; a loop of no
+iteration runs nothing, a branch on a constant only its chosen arm; the digits are a
 bijection from ``[0, prod e)`` onto the nest's box that enumerates it in the nest's order.
 """
 
@@ -22,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tecomp import expr as E
-from tecomp.loopir import For, LoweredFunc, Stmt
+from tecomp.loopir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt
 from tecomp.stmt_functor import StmtMutator, expr_vars, subst
 
 from .microkernel import fresh_var, index_const
@@ -43,6 +49,62 @@ class _Unit(StmtMutator):
         if s.step == 1 and s.kind == "serial" and const_extent(s.lo, s.hi) == 1:
             return subst(body, {s.var: s.lo})
         return s if body is s.body else replace(s, body=body)
+
+
+def drop_dead_code(func: LoweredFunc) -> LoweredFunc:
+    """``func`` without the loops of one or no iteration, branches on constants and empty
+    allocations its constant bounds leave (module docstring)."""
+    body = _Dead().visit(func.body)
+    return func if body is func.body else replace(func, body=body)
+
+
+_NOTHING = Seq(())
+
+
+def _empty(s: Stmt) -> bool:
+    return isinstance(s, Seq) and not s.stmts
+
+
+class _Dead(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        lo, hi = index_value(s.lo), index_value(s.hi)
+        if lo is not None and hi is not None:
+            trips = max(0, -(-(hi - lo) // s.step))
+            if trips == 0:
+                return _NOTHING
+            if trips == 1 and s.kind == "serial":
+                return self.visit(subst(s.body, {s.var: s.lo}))
+        body = self.visit(s.body)
+        if _empty(body):
+            return _NOTHING
+        return s if body is s.body else replace(s, body=body)
+
+    def visit_IfThenElse(self, s: IfThenElse) -> Stmt:
+        if isinstance(s.cond, E.Const):
+            arm = s.then if s.cond.value else s.else_
+            return _NOTHING if arm is None else self.visit(arm)
+        return super().visit_IfThenElse(s)
+
+    def visit_Allocate(self, s: Allocate) -> Stmt:
+        body = self.visit(s.body)
+        if _empty(body):
+            return _NOTHING
+        return s if body is s.body else replace(s, body=body)
+
+    def visit_Seq(self, s: Seq) -> Stmt:
+        items: list[Stmt] = []
+        changed = False
+        for x in s.stmts:
+            y = self.visit(x)
+            changed = changed or y is not x or isinstance(y, Seq)
+            items.extend(y.stmts if isinstance(y, Seq) else (y,))
+        if not changed:
+            return s
+        return items[0] if len(items) == 1 else Seq(tuple(items))
+
+
+def index_value(e: E.Expr) -> int | None:
+    return int(e.value) if isinstance(e, E.Const) else None
 
 
 def linear_nest(ks: list[For], names: set[str]) -> tuple[For, dict[E.Var, E.Expr]] | None:

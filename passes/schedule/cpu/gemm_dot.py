@@ -23,6 +23,13 @@ registers when the last slice ends, so a dense layer with its bias is one pass o
           for (k, kc, khi) { lanes: acc += v(i0 + r, j0 + jj, k) }
           if (kc + kc_ >= khi) { lanes: C = f(acc) } else { lanes: C = acc } } } } } } } }
 
+The row operand (``x[i, k]``) is broadcast in place when it walks memory with unit stride
+along ``k``; otherwise (a transposed convolution's weights ``W[t, c, 1, 1]``, which step 576
+elements per ``k`` and 9 per row, so that each step's ``mr`` broadcasts touch ``mr`` new
+cache lines) the whole tiles' rows are packed per slice as well, ``x_rows[(i - ic) // mr, k
+- kc, (i - ic) % mr]``, the ``mr`` broadcasts of a step then one cache line (BLIS packs both
+operands; a row-major ``x`` gained nothing from it here, a convolution forward lost 8%).
+
 Between slices ``C`` holds the partial sums (nothing else reads it: the match requires
 that neither ``v`` nor ``f`` reads ``C``).  Tails: 1-row tiles for the rows past the whole
 tiles, one element at a time (the same first/last-slice logic) for the columns past them.
@@ -37,12 +44,14 @@ weight gradient's ``(n, y, x)``) is read as one loop over its box
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tecomp import expr as E
 from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
-from tecomp.stmt_functor import expr_vars, replace_expr, subst, subst_expr, walk_expr
+from tecomp.stmt_functor import eval_int, expr_vars, replace_expr, subst, subst_expr, walk_expr
 
 from .dot import match_dot
 from .flat_loops import linear_nest
@@ -177,16 +186,82 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                            Store(fin.buffer, dst, cur))))))
         return For(j, jend, jhi, Seq(tuple(items)))
 
+    one, _ = tile(1)  # the rows past the whole tiles read the row operand as it is
+    one_columns = scalar_columns(1)
+    a = _row_read(upd, i, j, k, fin.buffer)
+    rows_panel = None
+    if a is not None:  # whole tiles broadcast from a packed copy of it
+        if iext is not None:
+            mc = min(mc, -(-iext // mr) * mr)
+        rows_panel = Buffer(fresh_name(f"{a.buffer.name}_rows", trial),
+                            (index_const(mc // mr), index_const(kc_), index_const(mr)),
+                            a.dtype, "temp")
+        trial.add(rows_panel.name)
+        strip = E.floordiv(E.sub(i0, ic), index_const(mr))
+        upd = replace(upd, value=replace_expr(upd.value, a, BufferLoad(
+            rows_panel, (strip, E.sub(k, kc), E.sub(i, i0)), a.dtype)))
     full, loops = tile(mr)
     if any(vector_form(x) is None for x in loops):
         return None
-    one, _ = tile(1)
     tiles = Seq((
         For(i0, ic, iend, Seq((For(j0, jc, jend, full, step=nr), scalar_columns(mr))),
             step=mr),
-        For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), scalar_columns(1))))))
+        For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), one_columns)))))
     names |= trial
-    pack = pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names)
-    slices = For(jc, col.lo, col.hi, For(kc, kloop.lo, kloop.hi, Seq((pack, tiles)),
+    packs = [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names)]
+    if rows_panel is not None:
+        packs.append(_pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names))
+    slices = For(jc, col.lo, col.hi, For(kc, kloop.lo, kloop.hi, Seq((*packs, tiles)),
                                           step=kc_), step=nc)
-    return For(ic, loop.lo, loop.hi, Allocate(panel, slices), step=mc, kind=loop.kind)
+    body: Stmt = Allocate(panel, slices)
+    if rows_panel is not None:
+        body = Allocate(rows_panel, body)
+    return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)
+
+
+def _row_read(upd: Store, i: E.Var, j: E.Var, k: E.Var, out: Buffer) -> BufferLoad | None:
+    """The one read of the update that moves with ``i`` and ``k`` but not ``j`` when it
+    does not walk memory with unit stride along ``k`` (a transposed convolution's weights
+    ``W[t, c, 1, 1]``: the tile's ``mr`` broadcasts of one step then touch ``mr`` cache lines,
+    and every step new ones), else None."""
+    found = [x for x in walk_expr(upd.value) if isinstance(x, BufferLoad)
+             and {i, k} <= expr_vars(x) and j not in expr_vars(x) and x.buffer != out]
+    found = list(dict.fromkeys(found))
+    if len(found) != 1 or _unit_steps(found[0], k) is not False:
+        return None
+    return found[0]
+
+
+def _unit_steps(x: BufferLoad, k: E.Var, probe: int = 16) -> bool | None:
+    """Whether ``probe`` consecutive steps of ``k`` (the other variables 0) read consecutive
+    elements of ``x``'s buffer (row-major): a weight gradient's or convolution's linearised
+    ``W[f, k // 9, k // 3 % 3, k % 3]`` does; None when the buffer's shape or an index is
+    not a constant form :func:`tecomp.stmt_functor.eval_int` reads."""
+    shape = [const_extent(index_const(0), d) for d in x.buffer.shape]
+    if None in shape or len(shape) != len(x.indices):
+        return None
+    env = {v: 0 for v in set().union(*(expr_vars(e) for e in x.indices))}
+    addrs = []
+    try:
+        for step in range(probe):
+            env[k] = step
+            addr = 0
+            for e, n in zip(x.indices, shape):
+                addr = addr * n + eval_int(e, env)
+            addrs.append(addr)
+    except Exception:  # noqa: BLE001 - a form eval_int does not read
+        return None
+    return all(b - a == 1 for a, b in zip(addrs, addrs[1:]))
+
+
+def _pack_rows(a: BufferLoad, buf: Buffer, i: E.Var, k: E.Var, ic: E.Var, iend: E.Expr,
+               kc: E.Var, khi: E.Expr, mr: int, names: set[str]) -> Stmt:
+    """Copy the row operand ``a`` over the block's whole tiles into ``buf`` in micro-panel
+    order: strip ``ib`` holds rows ``ic + ib*mr ...``, step ``k - kc``, the ``mr`` rows of one
+    step contiguous."""
+    ib, r = fresh_var("ib", names), fresh_var("ir", names)
+    row = E.add(ic, E.add(E.mul(ib, index_const(mr)), r))
+    strips = E.floordiv(E.sub(iend, ic), index_const(mr))
+    copy = Store(buf, (ib, E.sub(k, kc), r), subst_expr(a, {i: row}))
+    return For(ib, index_const(0), strips,
+               For(k, kc, khi, For(r, index_const(0), index_const(mr), copy)))

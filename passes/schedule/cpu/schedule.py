@@ -73,7 +73,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
     (:func:`.fuse_loops.fuse_row_loops`), blocked float64-combined partial sums of long
     float32 reductions (:func:`.reduce_accumulators.block_sums`, blocks of 256 vectors of
-    ``host``: default :func:`tecomp.host.describe`), then, with ``threads``,
+    ``host``: default :func:`tecomp.host.describe`), the code constant bounds make dead or
+    run once dropped (:func:`.flat_loops.drop_dead_code`), then, with ``threads``,
     :func:`fuse_parallel`.
 
     Each keeps the program's meaning (see their docstrings); the LLVM backend compiles the
@@ -83,7 +84,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
     from .dot import block_dots
-    from .flat_loops import drop_unit_loops
+    from .flat_loops import drop_dead_code, drop_unit_loops
     from .fuse_loops import fuse_row_loops
     from .gemm import block_caches
     from .mod import split_mod_loops
@@ -105,7 +106,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
         if pack:
             func = reguard(func, unguarded)
     func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
-    func = block_sums(func, block=256 * host.lanes(4), parallel=threads)
+    func = drop_dead_code(block_sums(func, block=256 * host.lanes(4), parallel=threads))
     return fuse_parallel(func) if threads else func
 
 
