@@ -294,3 +294,38 @@ def test_row_operands_strided_along_the_reduction_are_packed(dtype, sizes, monke
         kernel.threads = threads
         np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
                                    err_msg=f"{sizes} {dtype}, {threads} threads")
+
+
+@pytest.mark.parametrize("hw, r, pad", [(20, 1, 0), (33, 3, 1), (18, 3, 0)])
+def test_implicit_gemm_panels_are_copied_by_image_rows(hw, r, pad, monkeypatch):
+    """A convolution's implicit GEMM packs columns ``p`` of the flattened image: the copy
+    loops run along image rows (``X[.., jy + ry, jx - jy * w + rx]``, unit stride), with no
+    ``p // w`` or ``p % w`` per element, also where rows (20, 33, 16 wide) and strips of
+    ``nr`` columns cross each other; results match the evaluator."""
+    from tecomp import expr as E
+    from tecomp.codegen import kernel as kernel_mod
+    from tecomp.loopir import Store
+    from tecomp.stmt_functor import walk_expr, walk_stmt
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    X = tc.placeholder((2, 24, hw, hw), name="X")
+    K = tc.placeholder((20, 24, r, r), name="K")
+    Y = tc.ops.conv2d(X, K, padding=pad)
+    func = tc.lower(Y, [X, K], target="llvm").func
+    copies = [s for s in walk_stmt(func.body) if isinstance(s, For)
+              and not any(isinstance(x, For) for x in walk_stmt(s.body))
+              and any(isinstance(x, Store) and x.buffer.name.endswith("_panel")
+                      for x in walk_stmt(s.body))]
+    assert copies
+    for loop in copies:
+        (store,) = [x for x in walk_stmt(loop.body) if isinstance(x, Store)]
+        divides = [e for idx in store.value.indices + store.indices for e in walk_expr(idx)
+                   if isinstance(e, (E.FloorDiv, E.Mod)) and loop.var in set(walk_expr(e))]
+        assert not divides, str(loop)
+    rng = np.random.default_rng(hw + r)
+    arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (X, K)]
+    (want,) = tc.evaluate([Y], dict(zip([X, K], arrays)))
+    kernel = tc.build(Y, [X, K])
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)
