@@ -249,7 +249,8 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
     if tiles is None:
         return None
     names |= trial
-    packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names) for x, buf in panels]
+    packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize))
+             for x, buf in panels]
     slices = For(jc, inner.lo, inner.hi,
                  For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
     body: Stmt = Seq((For(i, ic, ihi, init), slices))

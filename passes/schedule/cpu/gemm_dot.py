@@ -210,7 +210,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
             step=mr),
         For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), one_columns)))))
     names |= trial
-    packs = [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names)]
+    packs = [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names, width)]
     if rows_panel is not None:
         packs.append(_pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names))
     slices = For(jc, col.lo, col.hi, For(kc, kloop.lo, kloop.hi, Seq((*packs, tiles)),
