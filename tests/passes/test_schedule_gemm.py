@@ -330,3 +330,36 @@ def test_implicit_gemm_panels_are_copied_by_image_rows(hw, r, pad, monkeypatch):
     for threads in (1, 2):
         kernel.threads = threads
         np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype, sizes", [("float32", (45, 300, 70)), ("float64", (19, 50, 37))])
+def test_fused_row_prologues_are_computed_once_per_block(dtype, sizes, monkeypatch):
+    """The weight gradient of a ReLU layer, ``dW[i, j] = sum_k select(h[k, i] >= 0, g[k, i],
+    0) * x[k, j]`` ("i, k, j" order): the whole tiles broadcast the select from a packed
+    ``dW_rows`` panel filled once per block (not once per tile), the rows past them compute
+    it in place; a plain ``A[i, k] * B[k, j]`` keeps reading ``A``."""
+    from tecomp.codegen import kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    m, k, n = sizes
+    h = tc.placeholder((k, m), name="h", dtype=dtype)
+    g = tc.placeholder((k, m), name="g", dtype=dtype)
+    x = tc.placeholder((k, n), name="x", dtype=dtype)
+    r = tc.reduce_axis(k, name="r")
+    dW = tc.compute((m, n), lambda i, j: tc.sum(
+        tc.if_then_else(h[r, i] >= 0.0, g[r, i], 0.0) * x[r, j], axis=r), name="dW")
+    outs, ins = [dW], [h, g, x]
+    func, _ = lower_program(outs, ins)
+    text = str(schedule_cpu(func).body)
+    assert "dW_rows[" in text and "lanes for" in text
+    plain = str(schedule_cpu(lower_program(*_matmul(m, k, n, dtype))[0]).body)
+    assert "lanes for" in plain and "_rows" not in plain
+    rng = np.random.default_rng(sum(sizes))
+    arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    kernel = _kernel(schedule_cpu(func))
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
+                                   err_msg=f"{sizes} {dtype}, {threads} threads")

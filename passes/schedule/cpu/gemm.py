@@ -67,8 +67,15 @@ from tecomp.stmt_functor import (
 )
 
 from .gemm_dot import dot_blocked
-from .microkernel import clamp_blocks, micro_tiles, pack_panel, tile_shape
-from .tile import const_extent, match_row_loop, seq, unroll_rows
+from .microkernel import (
+    clamp_blocks,
+    micro_tiles,
+    pack_panel,
+    pack_rows,
+    row_operand,
+    tile_shape,
+)
+from .tile import const_extent, match_row_loop, seq, split_end, unroll_rows
 
 #: bytes of an element, by dtype (others: 4)
 _BYTES = {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
@@ -244,16 +251,32 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
                      x.dtype, "temp")
         trial.add(buf.name)
         panels.append((x, buf))
+    rows = None
+    a = row_operand(st.value, i, j, k, st.buffer)
+    if a is not None:  # the whole tiles broadcast it from a packed copy
+        if iext is not None:
+            mc = min(mc, -(-iext // mr) * mr)
+        buf = Buffer(fresh_name(f"{st.buffer.name}_rows", trial),
+                     (E.Const(mc // mr, "int64"), E.Const(kc_, "int64"), E.Const(mr, "int64")),
+                     a.dtype, "temp")
+        trial.add(buf.name)
+        rows = (a, buf)
+        ihi = upto(ic, mc, loop.hi)
     tiles = micro_tiles(st, i, k, j, ic, ihi, kc, khi, jc, jhi, mr, nr,
-                        host.lanes(itemsize), panels, trial)
+                        host.lanes(itemsize), panels, trial, rows)
     if tiles is None:
         return None
     names |= trial
     packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize))
              for x, buf in panels]
+    if rows is not None:
+        packs.append(pack_rows(rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi,
+                               mr, names))
     slices = For(jc, inner.lo, inner.hi,
                  For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
     body: Stmt = Seq((For(i, ic, ihi, init), slices))
     for _, buf in panels:  # one panel per row block: per thread when the row loop is parallel
         body = Allocate(buf, body)
+    if rows is not None:
+        body = Allocate(rows[1], body)
     return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)

@@ -53,7 +53,7 @@ from tecomp.functor import fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
-from tecomp.stmt_functor import eval_int, expr_vars, replace_expr, subst, subst_expr, walk_expr
+from tecomp.stmt_functor import expr_vars, replace_expr, subst, subst_expr, walk_expr
 
 from .dot import match_dot
 from .flat_loops import linear_nest
@@ -62,6 +62,8 @@ from .microkernel import (
     fresh_var,
     index_const,
     pack_panel,
+    pack_rows,
+    row_operand,
     tile_shape,
 )
 from .tile import const_extent, plus, split_end
@@ -190,7 +192,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
 
     one, _ = tile(1)  # the rows past the whole tiles read the row operand as it is
     one_columns = scalar_columns(1)
-    a = _row_read(upd, i, j, k, fin.buffer)
+    a = row_operand(upd.value, i, j, k, fin.buffer)
     rows_panel = None
     if a is not None:  # whole tiles broadcast from a packed copy of it
         if iext is not None:
@@ -212,58 +214,10 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     names |= trial
     packs = [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names, width)]
     if rows_panel is not None:
-        packs.append(_pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names))
+        packs.append(pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names))
     slices = For(jc, col.lo, col.hi, For(kc, kloop.lo, kloop.hi, Seq((*packs, tiles)),
                                           step=kc_), step=nc)
     body: Stmt = Allocate(panel, slices)
     if rows_panel is not None:
         body = Allocate(rows_panel, body)
     return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)
-
-
-def _row_read(upd: Store, i: E.Var, j: E.Var, k: E.Var, out: Buffer) -> BufferLoad | None:
-    """The one read of the update that moves with ``i`` and ``k`` but not ``j`` when it
-    does not walk memory with unit stride along ``k`` (a transposed convolution's weights
-    ``W[t, c, 1, 1]``: the tile's ``mr`` broadcasts of one step then touch ``mr`` cache lines,
-    and every step new ones), else None."""
-    found = [x for x in walk_expr(upd.value) if isinstance(x, BufferLoad)
-             and {i, k} <= expr_vars(x) and j not in expr_vars(x) and x.buffer != out]
-    found = list(dict.fromkeys(found))
-    if len(found) != 1 or _unit_steps(found[0], k) is not False:
-        return None
-    return found[0]
-
-
-def _unit_steps(x: BufferLoad, k: E.Var, probe: int = 16) -> bool | None:
-    """Whether ``probe`` consecutive steps of ``k`` (the other variables 0) read consecutive
-    elements of ``x``'s buffer (row-major): a weight gradient's or convolution's linearised
-    ``W[f, k // 9, k // 3 % 3, k % 3]`` does; None when the buffer's shape or an index is
-    not a constant form :func:`tecomp.stmt_functor.eval_int` reads."""
-    shape = [const_extent(index_const(0), d) for d in x.buffer.shape]
-    if None in shape or len(shape) != len(x.indices):
-        return None
-    env = {v: 0 for v in set().union(*(expr_vars(e) for e in x.indices))}
-    addrs = []
-    try:
-        for step in range(probe):
-            env[k] = step
-            addr = 0
-            for e, n in zip(x.indices, shape):
-                addr = addr * n + eval_int(e, env)
-            addrs.append(addr)
-    except Exception:  # noqa: BLE001 - a form eval_int does not read
-        return None
-    return all(b - a == 1 for a, b in zip(addrs, addrs[1:]))
-
-
-def _pack_rows(a: BufferLoad, buf: Buffer, i: E.Var, k: E.Var, ic: E.Var, iend: E.Expr,
-               kc: E.Var, khi: E.Expr, mr: int, names: set[str]) -> Stmt:
-    """Copy the row operand ``a`` over the block's whole tiles into ``buf`` in micro-panel
-    order: strip ``ib`` holds rows ``ic + ib*mr ...``, step ``k - kc``, the ``mr`` rows of one
-    step contiguous."""
-    ib, r = fresh_var("ib", names), fresh_var("ir", names)
-    row = E.add(ic, E.add(E.mul(ib, index_const(mr)), r))
-    strips = E.floordiv(E.sub(iend, ic), index_const(mr))
-    copy = Store(buf, (ib, E.sub(k, kc), r), subst_expr(a, {i: row}))
-    return For(ib, index_const(0), strips,
-               For(k, kc, khi, For(r, index_const(0), index_const(mr), copy)))
