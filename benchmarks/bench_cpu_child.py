@@ -129,10 +129,18 @@ def as_numpy(x: Any) -> Any:
     return np.asarray(x)
 
 
+#: seconds of idleness before each framework's sample when the case runs on several threads:
+#: a thread pool that spin-waits after its calls (OpenBLAS's spins about 0.2 s here) would
+#: otherwise hold a core through the next framework's sample (a 1024^3 matmul on 2 threads
+#: took 28 ms right after NumPy's, 12 ms after a 0.2 s pause, 10 ms alone)
+SETTLE_S = 0.25
+
+
 def round_robin(fns: dict[str, Callable[[], Any]], reps: int,
-                sample_s: float) -> dict[str, tuple[float, float]]:
+                sample_s: float, settle_s: float = 0.0) -> dict[str, tuple[float, float]]:
     """Median seconds a call and spread (IQR / median) of each function, timed in rounds
-    that call every function in turn, the order rotating each round."""
+    that call every function in turn, the order rotating each round; ``settle_s`` of sleep
+    before each sample (the consecutive calls of one sample still follow each other)."""
     inner = {}
     for name, fn in fns.items():
         fn()
@@ -144,6 +152,8 @@ def round_robin(fns: dict[str, Callable[[], Any]], reps: int,
     for r in range(reps):
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, k = fns[name], inner[name]
+            if settle_s:
+                time.sleep(settle_s)
             t0 = time.perf_counter()
             for _ in range(k):
                 fn()
@@ -208,7 +218,7 @@ def run(name: str, threads: int, reps: int, sample_ms: float) -> dict[str, Any]:
     row["phases"]["checks"] = time.perf_counter() - t_start - sum(row["phases"].values())
     time.sleep(0.1)
     t0 = time.perf_counter()
-    row["times"] = round_robin(timed, reps, sample_ms / 1e3)
+    row["times"] = round_robin(timed, reps, sample_ms / 1e3, SETTLE_S if threads > 1 else 0.0)
     row["phases"]["timing"] = time.perf_counter() - t0
     return row
 
