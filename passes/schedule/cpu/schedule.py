@@ -69,7 +69,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     k, j" sums (:func:`.gemm.block_caches`, with ``pack``: panels of the shared operand copied
     to contiguous memory and register tiles), register blocking of the others
     (:func:`.tile.block_rows`) and of plain-order reductions
-    (:func:`.dot.block_dots`), strip-mining of innermost loops by their index
+    (:func:`.dot.block_dots`), vector partial sums kept across reduction nests whose innermost
+    loop is short (:func:`.vector_sums.vector_sums`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
     (:func:`.fuse_loops.fuse_row_loops`), blocked float64-combined partial sums of long
     float32 reductions (:func:`.reduce_accumulators.block_sums`, blocks of 256 vectors of
@@ -94,6 +95,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .tile import block_rows
     from .triangle import split_triangles
     from .unguard import reguard, unguard_sums
+    from .vector_sums import vector_sums
 
     func = drop_unit_loops(order_sums(func))  # the order reads lowering's own nests
     host = describe() if host is None else host
@@ -105,7 +107,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
         func = block_caches(func, host, threads=threads, pack=pack)
         if pack:
             func = reguard(func, unguarded)
-    func = fuse_row_loops(split_mod_loops(block_dots(block_rows(func))))
+    func = fuse_row_loops(split_mod_loops(vector_sums(block_dots(block_rows(func)), host)))
     func = drop_dead_code(block_sums(func, block=256 * host.lanes(4), parallel=threads))
     return fuse_parallel(func) if threads else func
 
