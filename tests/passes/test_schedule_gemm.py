@@ -285,15 +285,7 @@ def test_row_operands_strided_along_the_reduction_are_packed(dtype, sizes, monke
     K = tc.placeholder((32, 16, 3, 3), name="K")
     conv = str(tc.lower(tc.ops.conv2d(X, K, padding=1), [X, K], target="llvm"))
     assert "lanes for" in conv and "K_rows" not in conv
-    rng = np.random.default_rng(sum(sizes))
-    arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
-    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
-    kernel = _kernel(schedule_cpu(func))
-    tol = 1e-4 if dtype == "float32" else 1e-12
-    for threads in (1, 2):
-        kernel.threads = threads
-        np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
-                                   err_msg=f"{sizes} {dtype}, {threads} threads")
+    _matches_the_evaluator(func, outs, ins, sizes, dtype)
 
 
 @pytest.mark.parametrize("hw, r, pad", [(20, 1, 0), (33, 3, 1), (18, 3, 0)])
@@ -354,6 +346,11 @@ def test_fused_row_prologues_are_computed_once_per_block(dtype, sizes, monkeypat
     assert "dW_rows[" in text and "lanes for" in text
     plain = str(schedule_cpu(lower_program(*_matmul(m, k, n, dtype))[0]).body)
     assert "lanes for" in plain and "_rows" not in plain
+    _matches_the_evaluator(func, outs, ins, sizes, dtype)
+
+
+def _matches_the_evaluator(func, outs, ins, sizes, dtype):
+    """The scheduled ``func`` compiled, on 1 and 2 threads, against the evaluator."""
     rng = np.random.default_rng(sum(sizes))
     arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
     (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
