@@ -360,3 +360,22 @@ def _matches_the_evaluator(func, outs, ins, sizes, dtype):
         kernel.threads = threads
         np.testing.assert_allclose(kernel(*arrays), want, rtol=tol, atol=tol,
                                    err_msg=f"{sizes} {dtype}, {threads} threads")
+
+
+def test_plain_order_row_prologues_are_packed(monkeypatch):
+    """``h[i, j] = sum_r relu(x[i, r]) * W[j, r]`` (plain order): the row operand is the
+    computed ``max(x[i, r], 0)``, packed into ``h_rows`` (it once raised AttributeError
+    while naming the panel after a buffer it does not have)."""
+    from tecomp.codegen import kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    sizes = (45, 300, 70)
+    x = tc.placeholder((45, 300), name="x")
+    W = tc.placeholder((70, 300), name="W")
+    r = tc.reduce_axis(300, name="r")
+    h = tc.compute((45, 70), lambda i, j: tc.sum(tc.maximum(x[i, r], 0.0) * W[j, r], axis=r),
+                   name="h")
+    outs, ins = [h], [x, W]
+    func, _ = lower_program(outs, ins)
+    assert "h_rows[" in str(schedule_cpu(func).body)
+    _matches_the_evaluator(func, outs, ins, sizes, "float32")

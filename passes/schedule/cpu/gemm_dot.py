@@ -197,7 +197,8 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     if a is not None:  # whole tiles broadcast from a packed copy of it
         if iext is not None:
             mc = min(mc, -(-iext // mr) * mr)
-        rows_panel = Buffer(fresh_name(f"{a.buffer.name}_rows", trial),
+        base = a.buffer.name if isinstance(a, BufferLoad) else fin.buffer.name
+        rows_panel = Buffer(fresh_name(f"{base}_rows", trial),
                             (index_const(mc // mr), index_const(kc_), index_const(mr)),
                             a.dtype, "temp")
         trial.add(rows_panel.name)
