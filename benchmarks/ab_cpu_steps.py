@@ -1,0 +1,146 @@
+"""A/B of four steps of the CPU target, each switched off alone, against the full schedule:
+
+* ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
+* ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
+* ``image_rows``: panels of a flattened image copied by image rows (``microkernel._row_width``);
+* ``vector_sums``: vector partial sums across short reduction nests
+  (:mod:`tecomp.passes.schedule.cpu.vector_sums`).
+
+    python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1]
+
+Each program is built once per variant (in-process kernel cache cleared, persistent cache
+off), checked against the full build, and all builds are timed round-robin in one process
+(medians; one thread pinned to one CPU by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+os.environ.setdefault("TECOMP_CACHE", "0")
+
+import tecomp as tc  # noqa: E402
+from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
+from benchmarks.bench_cpu_child import round_robin  # noqa: E402
+from tecomp.codegen.cache import KERNELS  # noqa: E402
+from tecomp.passes import phase_split  # noqa: E402
+from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, vector_sums  # noqa: E402
+
+
+def _off() -> dict[str, Callable[[], Callable[[], None]]]:
+    """Each step's switch: a function that turns it off and returns its undo."""
+    def patch(pairs):
+        def off():
+            old = [(m, n, getattr(m, n)) for m, n, _ in pairs]
+            for m, n, v in pairs:
+                setattr(m, n, v)
+            return lambda: [setattr(m, n, v) for m, n, v in old]
+        return off
+
+    return {
+        "phases": patch([(phase_split, "_stage_per_phase", lambda *a: None)]),
+        "rows": patch([(gemm, "row_operand", lambda *a: None),
+                       (gemm_dot, "row_operand", lambda *a: None)]),
+        "image_rows": patch([(microkernel, "_row_width", lambda *a, **k: None)]),
+        "vector_sums": patch([(vector_sums, "vector_sums", lambda f, h, **k: f)]),
+    }
+
+
+def _conv(n, c, f, hw, r, stride, pad, transposed=False):
+    X = tc.placeholder((n, c, hw, hw), name="X")
+    W = tc.placeholder((c, f, r, r) if transposed else (f, c, r, r), name="W")
+    op = tc.ops.conv_transpose2d if transposed else tc.ops.conv2d
+    Y = op(X, W, stride=stride, padding=pad)
+    H = tc.placeholder(Y.shape, name="H")
+    return Y, tc.gradient(Y, [X, W], head=H), [X, W], [X, W, H]
+
+
+def programs():
+    """(name, outputs, inputs, steps it is measured against)."""
+    for name, spec, steps in (
+            ("conv3x3 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 1), ("image_rows", "vector_sums")),
+            ("conv3x3/2 8x64x32x32->128", (8, 64, 128, 32, 3, 2, 1),
+             ("phases", "rows", "vector_sums")),
+            ("conv1x1 8x256x16x16->64", (8, 256, 64, 16, 1, 1, 0), ("image_rows",)),
+            ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums",)),
+            ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
+             ("rows", "vector_sums"))):
+        Y, grads, fins, gins = _conv(*spec)
+        yield f"{name} fwd", [Y], fins, steps
+        yield f"{name} grad", grads, gins, steps
+    x = tc.placeholder((256, 784), name="x")
+    W1, b1 = tc.placeholder((1024, 784), name="W1"), tc.placeholder((1024,), name="b1")
+    W2, b2 = tc.placeholder((10, 1024), name="W2"), tc.placeholder((10,), name="b2")
+    y = tc.placeholder((256,), name="y", dtype="int64")
+    h = tc.ops.dense(x, W1, b1, name="h")
+    relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
+    loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
+    yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
+        [x, W1, b1, W2, b2, y], ("rows",)
+    A, B = tc.placeholder((1024, 1024), name="A"), tc.placeholder((1024, 1024), name="B")
+    k = tc.reduce_axis(1024, name="k")
+    C = tc.compute((1024, 1024), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    HC = tc.placeholder((1024, 1024), name="HC")
+    yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], ("rows",)
+
+
+def _arrays(ins, rng) -> list[np.ndarray]:
+    out = []
+    for t in ins:
+        shape = tuple(int(d) for d in t.shape)
+        if t.dtype == "int64":
+            out.append(rng.integers(0, 10, shape))
+        else:
+            out.append(rng.standard_normal(shape).astype(t.dtype))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    if args.threads == 1 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+    from tecomp.host import describe
+
+    print(f"# {describe()}, {args.threads} thread(s), medians of {args.reps} rounds")
+    switches = _off()
+    rng = np.random.default_rng(0)
+    for name, outs, ins, steps in programs():
+        arrays = _arrays(ins, rng)
+        fns: dict[str, Any] = {}
+        want = None
+        for variant in ("all",) + tuple(f"no {s}" for s in steps):
+            undo = switches[variant[3:]]() if variant != "all" else (lambda: None)
+            try:
+                KERNELS.clear()
+                kernel = tc.build(outs, ins)
+            finally:
+                undo()
+            kernel.threads = args.threads
+            got = kernel(*arrays)
+            got = list(got) if isinstance(got, tuple) else [got]
+            if want is None:
+                want = got
+            for g, w in zip(got, want):
+                scale = max(1.0, float(np.abs(w).max()))
+                assert float(np.abs(g - w).max()) / scale < 1e-3, (name, variant)
+            fns[variant] = lambda k=kernel, a=arrays: k(*a)
+        times = round_robin(fns, args.reps, 0.1)
+        base = times["all"][0]
+        cells = "  ".join(f"{v}: {t * 1e3:.2f} ms ({t / base:.2f}x)" for v, (t, _) in times.items())
+        print(f"{name}: {cells}")
+
+
+if __name__ == "__main__":
+    main()
