@@ -128,8 +128,8 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: i
         index += tuple(ax.var for ax in lead)
         index += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
         return [stage], E.TensorRead(stage, index, t.dtype)
-    return _stage_per_phase(t, split, found, phases, lead, quots, raxes, summand, max_phases,
-                            min_terms)
+    return _stage_per_phase(t, split, found, phases, lead, quots, raxes, summand, norm,
+                            max_phases, min_terms)
 
 
 def _windows(raxes: tuple[E.IterVar, ...],
@@ -164,7 +164,7 @@ def _windows(raxes: tuple[E.IterVar, ...],
 def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
                      phases: list[E.IterVar], lead: tuple[E.IterVar, ...],
                      quots: list[E.IterVar], raxes: tuple[E.IterVar, ...], summand: E.Expr,
-                     max_phases: int, min_terms: int):
+                     norm: _Normalise, max_phases: int, min_terms: int):
     """Windows whose widths differ between phases: a stage of its own for each phase
     (``Y_p01[b, f, yq, xq]`` for ``y = 2*yq, x = 2*xq + 1``), each window then of one width,
     and ``Y`` selects among them by ``y % 2, x % 2``; None unless each phase's sum has at
@@ -177,7 +177,6 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
         return None
     axes = tuple(lead) + tuple(quots)
     ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
-    norm = _Normalise({q.var: found[v] for q, v in zip(quots, split)})
     stages: dict[tuple[int, ...], Tensor] = {}
     for combo in combos:
         fix = {ph.var: E.Const(r, ph.var.dtype) for ph, r in zip(phases, combo)}
