@@ -70,8 +70,9 @@ def shift_strided_windows(axes: tuple[E.IterVar, ...], body: E.Expr,
         raxes[n] = E.IterVar(u, nlo, E.sub(nhi, nlo), ax.kind)
         for m in range(n + 1, len(raxes)):
             later = raxes[m]
-            raxes[m] = E.IterVar(later.var, substitute(later.lo, at),
-                                 substitute(later.extent, at), later.kind)
+            lo = _normal_bound(substitute(later.lo, at))
+            hi = _normal_bound(substitute(upper(later.lo, later.extent), at))
+            raxes[m] = E.IterVar(later.var, lo, E.sub(hi, lo), later.kind)
         inner = _Normal(u).visit(substitute(inner, at))
         where = None if where is None else _Normal(u).visit(substitute(where, at))
         changed = True
@@ -117,6 +118,15 @@ def _combine(terms: list[E.Expr], op) -> E.Expr:
     for t in terms[1:]:
         out = op(out, t)
     return out
+
+
+def _normal_bound(e: E.Expr) -> E.Expr:
+    """A bound (maxima and minima of affine terms) with each term in affine normal form:
+    ``max(2*j + u - 2*j, 0)`` is ``max(u, 0)``, so no later pass sees ``j`` in it."""
+    if isinstance(e, (E.Max, E.Min)):
+        combine = E.maximum if isinstance(e, E.Max) else E.minimum
+        return combine(_normal_bound(e.a), _normal_bound(e.b))
+    return build(affine(e), e.dtype)
 
 
 class _Normal(ExprMutator):

@@ -256,3 +256,28 @@ def test_symbolic_sizes_deinterleave_and_match_the_evaluator():
         for g, v, r in zip(got, want, run(func, arrays)):
             np.testing.assert_allclose(g, v, rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(r, v, rtol=1e-4, atol=1e-4)
+
+
+def test_later_window_bounds_lose_the_output_axis_after_the_shift():
+    """The shift ``t = 2*j0 + t_u`` leaves ``max(t - 2*j0, 0)`` as ``max(t_u, 0)`` in the next
+    axis's bounds; kept as ``2*j0 + t_u - 2*j0``, the loop order moved ``j0`` inside a loop
+    whose bound still named it (a soak program: its gradient did not build)."""
+    X1 = tc.placeholder((4,), name="X1", dtype="float64")
+    X2 = tc.placeholder((3,), name="X2", dtype="float64")
+    S3 = tc.compute((4, 3), lambda i0, i1: (0.5 + X1[(i1 + i0) // 2]) * X2[(i0 + 2) % 3]
+                    + X2[(i0 + 2) % 3] * X2[(i0 + 2) % 3], name="S3")
+    (G,) = tc.gradient(S3, [X1])
+    func = lower([G], [X1, X2])
+    for loop in (s for s in walk_stmt(func.body) if isinstance(s, For)):
+        inner = {x.var for x in walk_stmt(loop.body) if isinstance(x, For)}
+        used = {v for b in (loop.lo, loop.hi) for v in walk_expr(b) if isinstance(v, E.Var)}
+        assert not used & inner, str(loop)
+    rng = np.random.default_rng(3)
+    x1, x2 = rng.standard_normal(4), rng.standard_normal(3)
+    want = tc.evaluate([G], {X1: x1, X2: x2})[0]
+    np.testing.assert_allclose(tc.build(G, [X1, X2])(x1, x2), want, rtol=1e-12)
+    by_hand = np.zeros(4)  # d S3[i0, i1] / d X1[(i1 + i0) // 2] = X2[(i0 + 2) % 3]
+    for i0 in range(4):
+        for i1 in range(3):
+            by_hand[(i1 + i0) // 2] += x2[(i0 + 2) % 3]
+    np.testing.assert_allclose(want, by_hand, rtol=1e-12)

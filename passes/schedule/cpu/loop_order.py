@@ -304,7 +304,9 @@ def _invert_terms(terms: list[E.Expr], k: E.Var, j: E.Var, jlo: E.Expr, jlast: E
             t = substitute(t, {j: jlo if inv[2] == "lo" else jlast})
         else:
             r = substitute(t, {j: E.Const(0, j.dtype)})
-            if c == 1:
+            if c == 0:
+                t = r  # ``2*j + u - 2*j``: no ``j`` may stay in a bound of a loop outside it
+            elif c == 1:
                 same.append(E.add(E.sub(k, r), 1))
                 t = substitute(t, {j: at_plus})
             elif c == -1:
