@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import ExprMutator, free_vars, make_reduce, rewrite_stages, walk
+from tecomp.functor import ExprMutator, free_vars, make_reduce, rewrite_stages, unconditional, walk
 from tecomp.tensor import ComputeOp, Tensor
 
 
@@ -122,33 +122,6 @@ def _expensive(e: E.Expr) -> bool:
     return any(isinstance(x, (E.Call, E.Div, E.Reduce)) for x in walk(e))
 
 
-def _unconditional(e: E.Expr) -> list[E.Expr]:
-    """Sub-expressions of ``e`` evaluated whenever ``e`` is (not inside select arms or
-    reductions), outermost first."""
-    out: list[E.Expr] = []
-    stack = [e]
-    seen: set[int] = set()
-    while stack:
-        x = stack.pop(0)
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        out.append(x)
-        if isinstance(x, E.Select):
-            stack.append(x.cond)
-        elif isinstance(x, (E.Reduce, E.And, E.Or)):
-            continue
-        elif isinstance(x, (E.BinaryOp, E.CmpOp)):
-            stack += [x.a, x.b]
-        elif isinstance(x, (E.Neg, E.Not)):
-            stack.append(x.a)
-        elif isinstance(x, E.Cast):
-            stack.append(x.value)
-        elif isinstance(x, E.Call):
-            stack += list(x.args)
-    return out
-
-
 class _Replace(ExprMutator):
     def __init__(self, mapping: dict[E.Expr, E.Expr]) -> None:
         super().__init__()
@@ -189,7 +162,7 @@ def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tens
     ``(j, t)`` only, so they become a stage ``S[j, t]`` computed once, not once per ``c``.
     """
     mapping: dict[E.Expr, E.Expr] = {}
-    for red in _unconditional(body):
+    for red in unconditional(body):
         if not isinstance(red, E.Reduce) or red.where is not None:
             continue
         rvars = [a.var for a in red.axes]
@@ -197,7 +170,7 @@ def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tens
             continue  # not a box: a stage over it would need a shape depending on loops
         group, rest, sign = _regrouped(red, axes)
         prod = _product(group, red.dtype) if group else None
-        for x in ([prod] if prod is not None else []) + _unconditional(red.body):
+        for x in ([prod] if prod is not None else []) + unconditional(red.body):
             if x in mapping or _flops(x) < 2 or isinstance(x, E.TensorRead):
                 continue
             used = free_vars(x)
@@ -246,7 +219,7 @@ def stash_invariants(t: Tensor) -> list[Tensor]:
     bound_anywhere = {a.var for x in walk(t.op.body) if isinstance(x, E.Reduce) for a in x.axes}
     sizes = free_vars(t.op.body) - set(axes) - bound_anywhere
     mapping.update(_stash_in_sums(t, t.op.body, axes, stages, sizes))
-    for x in _unconditional(t.op.body):
+    for x in unconditional(t.op.body):
         if x in mapping or not _expensive(x) or isinstance(x, E.TensorRead):
             continue
         used = free_vars(x) & set(axes)

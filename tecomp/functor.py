@@ -267,6 +267,33 @@ def walk(e: E.Expr) -> Iterable[E.Expr]:
         stack.extend(reversed(children(x)))
 
 
+def unconditional(e: E.Expr) -> list[E.Expr]:
+    """Sub-expressions of ``e`` evaluated whenever ``e`` is (not inside select arms or
+    reductions), outermost first."""
+    out: list[E.Expr] = []
+    stack = [e]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop(0)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        out.append(x)
+        if isinstance(x, E.Select):
+            stack.append(x.cond)
+        elif isinstance(x, (E.Reduce, E.And, E.Or)):
+            continue
+        elif isinstance(x, (E.BinaryOp, E.CmpOp)):
+            stack += [x.a, x.b]
+        elif isinstance(x, (E.Neg, E.Not)):
+            stack.append(x.a)
+        elif isinstance(x, E.Cast):
+            stack.append(x.value)
+        elif isinstance(x, E.Call):
+            stack += list(x.args)
+    return out
+
+
 def tensor_reads(e: E.Expr) -> list[E.TensorRead]:
     """The tensor reads in ``e``, in order of first appearance."""
     return [x for x in walk(e) if isinstance(x, E.TensorRead)]

@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import free_vars, fresh_name, rewrite_stages, substitute, walk
+from tecomp.functor import free_vars, fresh_name, rewrite_stages, substitute, unconditional, walk
 from tecomp.solvers.affine import Affine
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
+from ..inline_bounds import body_in_range
 from .bridge import AffineBridge
 from .eliminate import Domain, NeedsScatter, Unbounded, solve_domain
 from .terms import Term, expand, has_delta, has_guarded_sum
@@ -46,9 +47,34 @@ def _rewrite_stage(t: Tensor, body: E.Expr) -> Tensor:
     assert isinstance(t.op, ComputeOp)
     terms = expand(body)
     try:
-        return _rewrite_terms(t, body, terms) if terms is not None else _same(t, body)
+        out = _rewrite_terms(t, body, terms) if terms is not None else None
     except Unbounded:  # exact but not expressible here: leave the stage as it is
+        out = None
+    if out is None or _loses_checked_reads(t, body, out):
         return _same(t, body)
+    return out
+
+
+def _loses_checked_reads(t: Tensor, body: E.Expr, out: Tensor) -> bool:
+    """Whether ``out`` no longer evaluates, at every point of the stage, a read that ``body``
+    evaluates there and that may leave its tensor.
+
+    Terms multiply a factor into the sums beside it: ``sum(a, where=i < r) / d`` becomes
+    ``sum(a / d, r in [i + 1, 1))``, and where that domain is empty ``d`` is never read.  A
+    gather ``X[idx[i], 0]`` in ``d`` with ``idx[i] = -1`` then went unreported, although the
+    evaluator (and the semantics: every stage whole, docs/robustness.md) raise.  Such a stage
+    is left as written; reads that the syntactic test proves in range (``H[i, j]`` over its
+    own extents, a gradient's head) may move freely."""
+    risky = [x for x in unconditional(body)
+             if isinstance(x, E.TensorRead) and not body_in_range(t, x)]
+    if not risky:
+        return False
+    whole = out
+    if isinstance(out.op, ScatterOp):  # a scatter runs over its terms' domain; its init whole
+        whole = out.op.init
+    kept = set(unconditional(whole.op.body)) if isinstance(
+        getattr(whole, "op", None), ComputeOp) else set()
+    return any(x not in kept for x in risky)
 
 
 def _same(t: Tensor, body: E.Expr) -> Tensor:

@@ -143,3 +143,29 @@ def test_stashed_factor_of_a_max_keeps_the_max():
     np.testing.assert_allclose(want[1], [0.045, 0.045, 0.03, 0.03], rtol=1e-6)
     got = tc.build([S2, S3], [X1, n, m])(x, 4, 2)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def _empty_sum_over_a_gather():
+    # seed-13 soak: the division by a gather was multiplied into a sum whose `where` never
+    # holds (r9 < 1 and i0 < r9), so the kernel never read X2[idx10[0], 0] at idx10[0] = -1
+    X2 = tc.placeholder((2, 3), name="X2")
+    idx10 = tc.placeholder((1,), name="idx10", dtype="int32")
+    r9 = tc.reduce_axis(1, name="r9")
+
+    def g(x):
+        return tc.sigmoid(x) * tc.sigmoid(x) + 1.0
+    S8 = tc.compute((1,), lambda i0: tc.sum(
+        tc.if_then_else(X2[r9 % 2, (r9 + 3) % 3] > 0, X2[0, r9], -X2[1, r9]), axis=r9,
+        where=i0 < r9) / g(X2[idx10[i0], 0]), name="S8")
+    return X2, idx10, S8
+
+
+def test_a_gather_beside_an_empty_sum_is_still_checked():
+    X2, idx10, S8 = _empty_sum_over_a_gather()
+    x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    k = tc.build(S8, [X2, idx10])
+    np.testing.assert_array_equal(k(x, np.array([1], np.int32)), [0.0])
+    with pytest.raises(tc.EvaluationError, match="X2"):
+        tc.evaluate([S8], {X2: x, idx10: np.array([-1], np.int32)})
+    with pytest.raises(tc.IndexBoundsError, match="X2"):
+        k(x, np.array([-1], np.int32))
