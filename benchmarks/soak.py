@@ -80,6 +80,7 @@ class Tally:
         self.failed: dict[str, int] = {}
         self.distinct: set[str] = set()  # digests of the forward programs' text
         self.distinct_gradients: set[str] = set()
+        self.scans = [0, 0]  # programs holding a tc.scan: forward, for gradients
 
     def run(self, check: str, prog, fn) -> None:
         self.counts[check] = self.counts.get(check, 0) + 1
@@ -89,6 +90,13 @@ class Tally:
             self.failed[check] = self.failed.get(check, 0) + 1
             key = f"{check}: {type(err).__name__}: {str(err).splitlines()[0][:100]}"
             self.failures.setdefault(key, (prog.text, traceback.format_exc()[-2000:]))
+
+
+def _has_scan(prog) -> bool:
+    from tecomp.functor import topo_order
+    from tecomp.scan_op import ScanOp
+
+    return any(isinstance(t.op, ScanOp) for t in topo_order(prog.outputs))
 
 
 def _rss_mb() -> float:
@@ -226,6 +234,7 @@ def soak(opts: dict, job: int = 0, jobs: int = 1) -> Tally:
     def forward(prog, seed):
         seen["n"] += 1
         tally.distinct.add(hashlib.sha256(prog.text.encode()).hexdigest())
+        tally.scans[0] += _has_scan(prog)
         data = prog.arrays(seed)
         want: list = []
         kernel: list = []
@@ -244,6 +253,7 @@ def soak(opts: dict, job: int = 0, jobs: int = 1) -> Tally:
     @settings(quiet, max_examples=max(1, _share(opts["gradients"], jobs, job)))
     def gradients(prog, seed):
         tally.distinct_gradients.add(hashlib.sha256(prog.text.encode()).hexdigest())
+        tally.scans[1] += _has_scan(prog)
 
         def check() -> None:
             check_gradient(prog.outputs[-1], prog.floats, prog.bindings(prog.arrays(seed)),
@@ -340,13 +350,15 @@ def main() -> int:
             tally.failures.setdefault(key, found)
         tally.distinct |= t.distinct
         tally.distinct_gradients |= t.distinct_gradients
+        tally.scans = [a + b for a, b in zip(tally.scans, t.scans)]
     done = tally.counts.get("evaluator", 0) + tally.counts.get(
         "gradient == finite differences", 0)
     print(f"soak (seed {args.seed}, {jobs} job{'s' if jobs > 1 else ''}): {elapsed:.0f} s, "
           f"{done / max(elapsed, 1e-9):.2f} programs/s (opt level {args.opt_level}, O3 via "
           f"tc.build every {args.o3_every})")
     print(f"  distinct programs (by text): {len(tally.distinct)} forward, "
-          f"{len(tally.distinct_gradients)} for gradients")
+          f"{len(tally.distinct_gradients)} for gradients; with a scan: {tally.scans[0]} "
+          f"forward, {tally.scans[1]} for gradients")
     for check, n in tally.counts.items():
         print(f"  {check:32s} {n:6d} run, {tally.failed.get(check, 0):4d} failed")
     for key, (text, tb) in tally.failures.items():

@@ -15,7 +15,10 @@ a recipe for input data.  The generator covers the DSL:
   indices;
 * every math call, ``+ - * /``, ``maximum/minimum``, ``if_then_else`` on index conditions and
   (non-smooth programs) on input data, ``cast`` between int and float;
-* multi-stage graphs: later stages read earlier ones, an intermediate may also be an output.
+* multi-stage graphs: later stages read earlier ones, an intermediate may also be an output;
+* recurrences (``tc.scan``, one stage in four but never the last): a step that reads its state
+  at lag 1 through a drawn index or a matrix-vector sum, over a time axis that may be
+  symbolic and may have one step only.
 
 Values stay finite: divisions are by ``y*y + 1``, ``log``/``sqrt``/``pow`` get ``x*x + 1``,
 ``exp`` gets ``tanh(x)``.  Operations that are discontinuous in the data (``floor``, ``ceil``,
@@ -267,6 +270,40 @@ class _Gen:
         t.attrs["dims"] = dims
         return t
 
+    def scan_stage(self) -> tc.Tensor:
+        """A recurrence ``S[t, ..] = a * tanh(S[t - 1, k]) + v(t, ..)`` over a time axis of a
+        drawn (maybe symbolic, maybe 1) extent: ``tc.scan`` of a one-row ``init`` and an update
+        that reads the state at lag 1 (its other index drawn like any other: an axis, a
+        gather, a constant) and, sometimes, sums a row of it (a matrix-vector step)."""
+        time = self.dim()
+        rest = self.shape(0, 1)
+        dims = [time, *rest]
+        name = self.name("S")
+        state = tc.placeholder(tuple(d.expr for d in dims), name=f"{name}_state",
+                               dtype=self.dtype)
+        state.attrs["dims"] = dims
+        depth = self.draw(st.integers(0, 2))
+        scale = self.draw(st.sampled_from([0.5, -0.75, 1.0]))
+        matvec = bool(rest) and self.draw(st.booleans())
+
+        def first(_: Any, *ivs: Any) -> Any:
+            return self.value([(i, d) for i, d in zip(ivs, rest)], depth)
+
+        def step(t: Any, *ivs: Any) -> Any:
+            axes = list(zip((t, *ivs), dims))
+            earlier = state[(t - 1, *(self.index(d, axes) for d in rest))]
+            if matvec:
+                k = tc.reduce_axis(rest[0].expr, name=self.name("r"))
+                w = self.value(axes + [(k, rest[0])], max(depth - 1, 0))
+                earlier = tc.sum(tc.tanh(w) * state[t - 1, k], axis=k) * 0.5
+            return tc.tanh(earlier) * scale + self.value(axes, depth)
+
+        init = tc.compute((1, *(d.expr for d in rest)), first, name=f"{name}_init")
+        update = tc.compute(tuple(d.expr for d in dims), step, name=f"{name}_step")
+        t = tc.scan(init, update, state, name=name)
+        t.attrs["dims"] = dims
+        return t
+
     def int_stage(self) -> tc.Tensor:
         """An integer-valued stage read back as floats (int dtypes end to end)."""
         dims = self.shape(1, 2)
@@ -297,7 +334,8 @@ def programs(draw: Any, smooth: bool = False, dtype: str | None = None) -> Progr
     outputs = []
     nstages = draw(st.integers(1, 3))
     for k in range(nstages):
-        t = g.stage(last=k == nstages - 1)
+        last = k == nstages - 1
+        t = g.scan_stage() if not last and draw(st.integers(0, 3)) == 0 else g.stage(last=last)
         g.tensors.append(t)
         if k == 0 or draw(st.booleans()):
             outputs.append(t)
