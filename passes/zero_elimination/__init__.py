@@ -69,11 +69,11 @@ def _loses_checked_reads(t: Tensor, body: E.Expr, out: Tensor) -> bool:
              if isinstance(x, E.TensorRead) and not body_in_range(t, x)]
     if not risky:
         return False
-    whole = out
-    if isinstance(out.op, ScatterOp):  # a scatter runs over its terms' domain; its init whole
-        whole = out.op.init
-    kept = set(unconditional(whole.op.body)) if isinstance(
-        getattr(whole, "op", None), ComputeOp) else set()
+    # a scatter runs over its terms' domain only; its init (if any) is computed whole
+    whole = out.op.init if isinstance(out.op, ScatterOp) else out
+    kept: set[E.Expr] = set()
+    if whole is not None and isinstance(whole.op, ComputeOp):
+        kept = set(unconditional(whole.op.body))
     return any(x not in kept for x in risky)
 
 

@@ -291,11 +291,12 @@ class _Gen:
 
         def step(t: Any, *ivs: Any) -> Any:
             axes = list(zip((t, *ivs), dims))
-            earlier = state[(t - 1, *(self.index(d, axes) for d in rest))]
             if matvec:
                 k = tc.reduce_axis(rest[0].expr, name=self.name("r"))
                 w = self.value(axes + [(k, rest[0])], max(depth - 1, 0))
                 earlier = tc.sum(tc.tanh(w) * state[t - 1, k], axis=k) * 0.5
+            else:  # drawn only here: an unused index would leave a gather's input unread
+                earlier = state[(t - 1, *(self.index(d, axes) for d in rest))]
             return tc.tanh(earlier) * scale + self.value(axes, depth)
 
         init = tc.compute((1, *(d.expr for d in rest)), first, name=f"{name}_init")
