@@ -20,7 +20,17 @@ from __future__ import annotations
 from typing import Sequence
 
 from tecomp import expr as E
-from tecomp.functor import ExprMutator, free_vars, make_reduce, rewrite_stages, unconditional, walk
+from tecomp.functor import (
+    ExprMutator,
+    free_vars,
+    make_reduce,
+    rewrite_stages,
+    substitute,
+    topo_order,
+    unconditional,
+    walk,
+)
+from tecomp.scan import STATE_ATTR, STEP_ROWS_ATTR
 from tecomp.tensor import ComputeOp, Tensor
 
 
@@ -154,6 +164,27 @@ def _regrouped(red: E.Reduce, axes: list[E.Var]) -> tuple[list[E.Expr], list[E.E
     return best, rest, sign
 
 
+def _reads_state(x: E.Expr) -> bool:
+    """Whether ``x`` depends on a scan's state (directly or through the step's stages)."""
+    reads = [r.tensor for r in walk(x) if isinstance(r, E.TensorRead)]
+    return any(STATE_ATTR in d.attrs for d in topo_order(reads))
+
+
+def _time_axis(t: Tensor, x: E.Expr, a: E.IterVar) -> tuple[E.IterVar, E.Expr, dict[E.Var, E.Expr]]:
+    """The axis, index and substitution of ``t``'s axis ``a`` in a stage stashed from ``x``.
+
+    In a scan's step stage the time axis spans ``T`` rows but the steps compute only some
+    (``STEP_ROWS_ATTR``): a stashed part that does not read the state is computed before the
+    scan, so it gets those rows only (read at ``t - first``), never a row the scan skips."""
+    rows = t.attrs.get(STEP_ROWS_ATTR)
+    if rows is None or a is not t.op.axes[0] or _reads_state(x):
+        return a, a.var, {}
+    first, count = rows
+    v = E.Var(a.var.name, "int64")
+    return (E.IterVar(v, E.Const(0, "int64"), count, "data"), E.sub(a.var, first),
+            {a.var: E.add(v, first)})
+
+
 def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tensor],
                    sizes: set[E.Var]) -> dict[E.Expr, E.Expr]:
     """Inside unconditional sums over a box, stash sub-expressions that skip an output axis.
@@ -184,17 +215,17 @@ def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tens
                 continue
             new_axes, shape, idx, sub = [], [], [], {}
             for a in out_used:
-                new_axes.append(a)
-                shape.append(t.shape[axes.index(a.var)])
-                idx.append(a.var)
+                ax, ix, moved = _time_axis(t, x, a)
+                new_axes.append(ax)
+                shape.append(ax.extent if moved else t.shape[axes.index(a.var)])
+                idx.append(ix)
+                sub.update(moved)
             for a in red_used:
                 v = E.Var(a.var.name, "int64")
                 new_axes.append(E.IterVar(v, E.Const(0, "int64"), a.extent, "data"))
                 shape.append(a.extent)
                 idx.append(E.sub(a.var, a.lo))
                 sub[a.var] = E.add(v, a.lo)
-            from tecomp.functor import substitute
-
             name = f"{t.name}_inv{len(stages)}"
             stage = Tensor(name, tuple(shape), x.dtype,
                            ComputeOp(tuple(new_axes), substitute(x, sub), None))
@@ -227,12 +258,19 @@ def stash_invariants(t: Tensor) -> list[Tensor]:
             continue
         if any(x in walk(m) for m in mapping):
             continue
-        keep = [(a, s) for a, s in zip(t.op.axes, t.shape) if a.var in used]
+        new_axes, shape, idx, sub = [], [], [], {}
+        for a, ext in zip(t.op.axes, t.shape):
+            if a.var in used:
+                ax, ix, moved = _time_axis(t, x, a)
+                new_axes.append(ax)
+                shape.append(ax.extent if moved else ext)
+                idx.append(ix)
+                sub.update(moved)
         name = f"{t.name}_inv{len(stages)}"
-        stage = Tensor(name, tuple(s for _, s in keep), x.dtype,
-                       ComputeOp(tuple(a for a, _ in keep), x, None))
+        stage = Tensor(name, tuple(shape), x.dtype,
+                       ComputeOp(tuple(new_axes), substitute(x, sub) if sub else x, None))
         stages.append(stage)
-        mapping[x] = E.TensorRead(stage, tuple(a.var for a, _ in keep), x.dtype)
+        mapping[x] = E.TensorRead(stage, tuple(idx), x.dtype)
     if not stages:
         return [t]
     body = _Replace(mapping).visit(t.op.body)

@@ -43,6 +43,10 @@ from .tensor import ComputeOp, ScatterOp, Tensor
 STATE_ATTR = "scan_state_of"
 #: on the state placeholders of an adjoint (reverse) scan: ``k`` of ``tc.gradient(checkpoint=k)``
 CHECKPOINT_ATTR = "checkpoint"
+#: on a scan's compute body stages: ``(first, count)``, the rows of the time axis its steps
+#: compute (``L, T - L`` forward; ``0, T - L`` reverse).  A pass that moves part of a body stage
+#: into a stage of its own computes only these rows, as the scan itself does.
+STEP_ROWS_ATTR = "scan_step_rows"
 
 
 def is_scan(t: Tensor) -> bool:
@@ -293,6 +297,11 @@ def make_scan(name: str, init: Sequence[Tensor], update: Sequence[Tensor],
         if not any(t is x for x in outer_all):
             outer_all.append(t)
     sc = Scan(name, init, update, state, tuple(order), tuple(outer_all), steps or 0, reverse)
+    rows = (E.Const(0 if reverse else steps or 0, "int64"),
+            E.sub(sc.extent, E.Const(steps or 0, "int64")))
+    for b in order:
+        if isinstance(b.op, ComputeOp):
+            b.attrs[STEP_ROWS_ATTR] = rows
     for k, s in enumerate(state):
         s.attrs[STATE_ATTR] = name
         sc.outputs.append(Tensor(name if len(state) == 1 else f"{name}.{k}", s.shape, s.dtype,

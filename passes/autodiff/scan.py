@@ -294,6 +294,13 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
     outs = sc.outputs
     dtype = outs[0].dtype
     K = len(outs)
+    floats = [x for x in targets if dtypes.is_float(x.dtype)]
+    if isinstance(sc.extent, E.Const) and int(sc.extent.value) == sc.steps:
+        # no step runs: each state is its init, and the step (never evaluated, so none of its
+        # reads is either) contributes nothing; its derivative would scatter through rows the
+        # scan never computes
+        adjoint = [heads.get(k) for k in range(K)]
+        return _init_contributions(sc, adjoint, floats, {})
     # the outer tensors are cut behind placeholders: J's derivative w.r.t. an outer tensor
     # is its direct contribution only (one that reads another, xin = U X with a step that
     # reads both, gets the rest through the enclosing reverse pass, not twice)
@@ -318,7 +325,6 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
         j_axes.append(r)
     J = Tensor(f"{sc.name}_vjp", (), dtype, ComputeOp((), total, None))
     one = Tensor(f"{sc.name}_one", (), dtype, ComputeOp((), E.Const(1.0, dtype), None))
-    floats = [x for x in targets if dtypes.is_float(x.dtype)]
     wrt = list(sc.state) + [cut.get(id(x), x) for x in floats]
     grads = differentiate(J, wrt, one)
     d_state, d_outer = grads[:K], grads[K:]
@@ -343,11 +349,16 @@ def scan_vjp(sc: Scan, heads: dict[int, Tensor], targets: Sequence[Tensor]) -> d
             f"the derivative of scan {sc.name!r} has a step that cannot run as a scan: "
             f"{err}") from err
     d_outer = replace_tensors(d_outer, {id(q): a for q, a in zip(adj_states, A)})
-    result: dict[int, Tensor] = {id(x): c for x, c in zip(floats, d_outer)}
+    return _init_contributions(sc, A, floats, {id(x): c for x, c in zip(floats, d_outer)})
+
+
+def _init_contributions(sc: Scan, adjoint: Sequence[Tensor | None], floats: Sequence[Tensor],
+                        result: dict[int, Tensor]) -> dict[int, Tensor]:
+    """``result`` with each float init's share of the states' adjoints (its rows) added."""
     for k, i0 in enumerate(sc.init):
-        if not any(i0 is x for x in floats):
+        a = adjoint[k]
+        if a is None or not any(i0 is x for x in floats):
             continue
-        a = A[k]
         off = E.sub(sc.extent, E.Const(sc.steps, "int64")) if sc.reverse else None
         c = _compute(f"{i0.name}_from_{sc.name}", i0.shape, i0.dtype,
                      lambda *ix, a=a, off=off: E.TensorRead(

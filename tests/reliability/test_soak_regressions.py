@@ -169,3 +169,53 @@ def test_a_gather_beside_an_empty_sum_is_still_checked():
         tc.evaluate([S8], {X2: x, idx10: np.array([-1], np.int32)})
     with pytest.raises(tc.IndexBoundsError, match="X2"):
         k(x, np.array([-1], np.int32))
+
+
+def _scan_with_a_gathered_input(n):
+    # seed-13 soak (with scans): the part of the step that does not read the state,
+    # abs(X1[idx5[t]]), was stashed as a stage over all n rows of the time axis and computed
+    # before the scan, so the kernel read X1[idx5[0]] at a row that no step computes
+    X1 = tc.placeholder((3,), name="X1", dtype="float64")
+    idx5 = tc.placeholder((n,), name="idx5", dtype="int64")
+    state = tc.placeholder((n, 2), name="S4_state", dtype="float64")
+    init = tc.compute((1, 2), lambda _, i: X1[i] * 1.0, name="S4_init")
+    step = tc.compute((n, 2), lambda t, i: tc.tanh(state[t - 1, i % 2]) * 0.5
+                      + tc.abs(X1[idx5[t]] * 2.5), name="S4_step")
+    return X1, idx5, tc.scan(init, step, state, name="S4")
+
+
+@pytest.mark.parametrize("size", [1, 3, "n"])
+def test_a_gather_in_a_scan_step_is_read_only_at_the_steps(size):
+    n = tc.var("n") if size == "n" else size
+    X1, idx5, S4 = _scan_with_a_gathered_input(n)
+    inputs = [X1, idx5] + ([n] if size == "n" else [])
+    k = tc.build(S4, inputs)
+    x = np.array([0.5, -1.0, 2.0])
+    for rows in ([-1], [-1, 2, 0]) if size == "n" else ([-1, 2, 0][:size],):
+        args = [x, np.array(rows)] + ([len(rows)] if size == "n" else [])
+        want = tc.evaluate([S4], dict(zip(inputs, args)))[0]
+        np.testing.assert_allclose(k(*args), want, rtol=1e-12)
+    if size != 1:  # a step's own out-of-range row is still reported
+        args = [x, np.array([0, -1, 1])] + ([3] if size == "n" else [])
+        with pytest.raises(tc.IndexBoundsError, match="X1"):
+            k(*args)
+
+
+def test_the_gradient_of_a_scan_without_steps():
+    # seed-13 soak: with one time row and one given step, no step runs; the derivative of the
+    # step's state gather scattered into row -1 of the state's adjoint
+    X1 = tc.placeholder((3,), name="X1", dtype="float64")
+    idx3 = tc.placeholder((2,), name="idx3", dtype="int64")
+    state = tc.placeholder((1, 2), name="S2_state", dtype="float64")
+    init = tc.compute((1, 2), lambda _, i: X1[i] * X1[i], name="S2_init")
+    step = tc.compute((1, 2), lambda t, i: tc.tanh(state[t - 1, idx3[i]]) * 0.5 + X1[0],
+                      name="S2_step")
+    S2 = tc.scan(init, step, state, name="S2")
+    S4 = tc.compute((2,), lambda i: S2[0, i] * X1[i] + X1[i] * X1[i], name="S4")
+    x, idx = np.array([0.5, -1.0, 2.0]), np.array([1, 0])
+    (g,) = tc.gradient(S4, [X1])
+    want = 3 * x**2 + 2 * x
+    want[2] = 0.0
+    np.testing.assert_allclose(tc.evaluate([g], {X1: x, idx3: idx})[0], want, rtol=1e-12)
+    np.testing.assert_allclose(tc.build(g, [X1, idx3])(x, idx), want, rtol=1e-12)
+    check_gradient(S4, [X1], {X1: x, idx3: idx}, seed=3, rtol=1e-5, atol=1e-8)
