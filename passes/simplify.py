@@ -170,19 +170,32 @@ def _reads_state(x: E.Expr) -> bool:
     return any(STATE_ATTR in d.attrs for d in topo_order(reads))
 
 
-def _time_axis(t: Tensor, x: E.Expr, a: E.IterVar) -> tuple[E.IterVar, E.Expr, dict[E.Var, E.Expr]]:
-    """The axis, index and substitution of ``t``'s axis ``a`` in a stage stashed from ``x``.
+def _stash_stage(t: Tensor, x: E.Expr, name: str, axes: list[tuple[E.IterVar, E.Expr]],
+                 sub: dict[E.Var, E.Expr], idx: list[E.Expr]) -> E.TensorRead:
+    """A new stage ``name`` computing ``x`` (``sub`` applied) over ``axes`` (each with its
+    extent), read back at ``idx``.
 
     In a scan's step stage the time axis spans ``T`` rows but the steps compute only some
-    (``STEP_ROWS_ATTR``): a stashed part that does not read the state is computed before the
-    scan, so it gets those rows only (read at ``t - first``), never a row the scan skips."""
+    (``STEP_ROWS_ATTR``), and a stashed part that does not read the state is computed once
+    before the scan: it gets the step rows only (read at ``t - first``), and a part without
+    the time axis is computed only if a step runs, so that it reads nothing the scan skips."""
     rows = t.attrs.get(STEP_ROWS_ATTR)
-    if rows is None or a is not t.op.axes[0] or _reads_state(x):
-        return a, a.var, {}
-    first, count = rows
-    v = E.Var(a.var.name, "int64")
-    return (E.IterVar(v, E.Const(0, "int64"), count, "data"), E.sub(a.var, first),
-            {a.var: E.add(v, first)})
+    if rows is not None and not _reads_state(x):
+        first, count = rows
+        time = t.op.axes[0]
+        if any(a is time for a, _ in axes):
+            v = E.Var(time.var.name, "int64")
+            axes = [(E.IterVar(v, E.Const(0, "int64"), count, "data"), count)
+                    if a is time else (a, ext) for a, ext in axes]
+            idx = [E.sub(e, first) if e is time.var else e for e in idx]
+            sub = {**sub, time.var: E.add(v, first)}
+        else:
+            x = E.select(E.compare(E.GT, count, E.Const(0, "int64")), x,
+                         E.Const(0, x.dtype))
+    body = substitute(x, sub) if sub else x
+    stage = Tensor(name, tuple(ext for _, ext in axes), x.dtype,
+                   ComputeOp(tuple(a for a, _ in axes), body, None))
+    return E.TensorRead(stage, tuple(idx), x.dtype)
 
 
 def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tensor],
@@ -213,24 +226,17 @@ def _stash_in_sums(t: Tensor, body: E.Expr, axes: list[E.Var], stages: list[Tens
             red_used = [a for a in red.axes if a.var in used]
             if not red_used or any(x in walk(m) for m in mapping):
                 continue
-            new_axes, shape, idx, sub = [], [], [], {}
+            new_axes, idx, sub = [], [], {}
             for a in out_used:
-                ax, ix, moved = _time_axis(t, x, a)
-                new_axes.append(ax)
-                shape.append(ax.extent if moved else t.shape[axes.index(a.var)])
-                idx.append(ix)
-                sub.update(moved)
+                new_axes.append((a, t.shape[axes.index(a.var)]))
+                idx.append(a.var)
             for a in red_used:
                 v = E.Var(a.var.name, "int64")
-                new_axes.append(E.IterVar(v, E.Const(0, "int64"), a.extent, "data"))
-                shape.append(a.extent)
+                new_axes.append((E.IterVar(v, E.Const(0, "int64"), a.extent, "data"), a.extent))
                 idx.append(E.sub(a.var, a.lo))
                 sub[a.var] = E.add(v, a.lo)
-            name = f"{t.name}_inv{len(stages)}"
-            stage = Tensor(name, tuple(shape), x.dtype,
-                           ComputeOp(tuple(new_axes), substitute(x, sub), None))
-            stages.append(stage)
-            read = E.TensorRead(stage, tuple(idx), x.dtype)
+            read = _stash_stage(t, x, f"{t.name}_inv{len(stages)}", new_axes, sub, idx)
+            stages.append(read.tensor)
             if x is prod:
                 body = E.mul(read, _product(rest, red.dtype))
                 mapping[red] = make_reduce(red.combiner, body if sign > 0 else E.neg(body),
@@ -258,19 +264,11 @@ def stash_invariants(t: Tensor) -> list[Tensor]:
             continue
         if any(x in walk(m) for m in mapping):
             continue
-        new_axes, shape, idx, sub = [], [], [], {}
-        for a, ext in zip(t.op.axes, t.shape):
-            if a.var in used:
-                ax, ix, moved = _time_axis(t, x, a)
-                new_axes.append(ax)
-                shape.append(ax.extent if moved else ext)
-                idx.append(ix)
-                sub.update(moved)
-        name = f"{t.name}_inv{len(stages)}"
-        stage = Tensor(name, tuple(shape), x.dtype,
-                       ComputeOp(tuple(new_axes), substitute(x, sub) if sub else x, None))
-        stages.append(stage)
-        mapping[x] = E.TensorRead(stage, tuple(idx), x.dtype)
+        keep = [(a, ext) for a, ext in zip(t.op.axes, t.shape) if a.var in used]
+        read = _stash_stage(t, x, f"{t.name}_inv{len(stages)}", keep, {},
+                            [a.var for a, _ in keep])
+        stages.append(read.tensor)
+        mapping[x] = read
     if not stages:
         return [t]
     body = _Replace(mapping).visit(t.op.body)

@@ -219,3 +219,29 @@ def test_the_gradient_of_a_scan_without_steps():
     np.testing.assert_allclose(tc.evaluate([g], {X1: x, idx3: idx})[0], want, rtol=1e-12)
     np.testing.assert_allclose(tc.build(g, [X1, idx3])(x, idx), want, rtol=1e-12)
     check_gradient(S4, [X1], {X1: x, idx3: idx}, seed=3, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("steps", [0, 2])
+def test_a_stashed_step_part_without_the_time_axis_runs_only_with_a_step(steps):
+    # seed-13 soak, second run: tanh(F4[idx7[i]]), moved out of the step's sum and then out of
+    # the step (it depends on i only), was computed before the scan even when no step runs
+    m = tc.var("m")
+    X1 = tc.placeholder((m,), name="X1")
+    idx7 = tc.placeholder((3,), name="idx7", dtype="int32")
+    F4 = tc.compute((1,), lambda i: tc.cast((i * 4 + 3) % 7, "float32"), name="F4")
+    state = tc.placeholder((m, 3), name="S5_state")
+    init = tc.compute((1, 3), lambda _, i: tc.abs(X1[(i + 2) // 5] * 2.5), name="S5_init")
+    r6 = tc.reduce_axis(3, name="r6")
+    step = tc.compute((m, 3), lambda t, i: tc.tanh(tc.sum(
+        tc.tanh(F4[idx7[i]]) * state[t - 1, r6], axis=r6) * 0.5) + X1[t % m], name="S5_step")
+    S5 = tc.scan(init, step, state, name="S5")
+    k = tc.build(S5, [X1, idx7, m])
+    x = np.linspace(-1.0, 1.0, steps + 1).astype(np.float32)
+    for idx in ([0, 0, 0], [-1, 0, 0]):
+        args = [x, np.array(idx, np.int32), steps + 1]
+        if steps and idx[0] < 0:
+            with pytest.raises(tc.IndexBoundsError, match="F4"):
+                k(*args)
+            continue
+        want = tc.evaluate([S5], dict(zip([X1, idx7, m], args)))[0]
+        np.testing.assert_allclose(k(*args), want, rtol=1e-6)
