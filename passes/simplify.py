@@ -12,7 +12,8 @@ Two rewrites, both value-preserving up to float reassociation:
   ZERO_ELIMINATION.md, and what keeps ``1/sqrt(var[i] + eps)`` of a layer-norm gradient
   from being recomputed per element.  Only sub-expressions evaluated unconditionally are
   moved (never out of an ``if_then_else`` arm or a reduction body), so no read that the
-  program guards is ever executed unguarded.
+  program guards is ever executed unguarded; a part of a scan's step is computed at the rows
+  the steps compute only (:func:`_stash_stage`), never at a row the scan skips.
 """
 
 from __future__ import annotations
