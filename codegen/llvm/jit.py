@@ -119,9 +119,13 @@ def _process_jit() -> Any:
 
 def target_key(host: Host | None = None) -> str:
     """Identifies the code this process generates (triple, CPU, features; for ``host``: its
-    features): part of cache keys."""
+    features), with the cores and cache sizes the schedule reads (a kernel built by a process
+    pinned to one CPU has no threaded loops; cache blocking follows the cache sizes): part of
+    cache keys."""
     st = _init()
-    return st["key"] if host is None else f"{st['triple']}|{st['cpu']}|{llvm_features(host)}"
+    h = describe() if host is None else host
+    code = st["key"] if host is None else f"{st['triple']}|{st['cpu']}|{llvm_features(host)}"
+    return f"{code}|cores={h.cores}|caches={h.l1d},{h.l2},{h.l3}"
 
 
 def disk_key(memory_key: str) -> str:
