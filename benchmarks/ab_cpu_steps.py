@@ -1,10 +1,12 @@
-"""A/B of four steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of five steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
 * ``image_rows``: panels of a flattened image copied by image rows (``microkernel._row_width``);
 * ``vector_sums``: vector partial sums across short reduction nests
-  (:mod:`tecomp.passes.schedule.cpu.vector_sums`).
+  (:mod:`tecomp.passes.schedule.cpu.vector_sums`);
+* ``k_unroll``: four reduction steps a trip of the register tile's loop
+  (``microkernel.K_UNROLL``; off: one).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1]
 
@@ -52,6 +54,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
                        (gemm_dot, "row_operand", lambda *a: None)]),
         "image_rows": patch([(microkernel, "_row_width", lambda *a, **k: None)]),
         "vector_sums": patch([(vector_sums, "vector_sums", lambda f, h, **k: f)]),
+        "k_unroll": patch([(microkernel, "K_UNROLL", 1)]),
     }
 
 
@@ -75,8 +78,8 @@ def programs():
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
              ("rows", "vector_sums"))):
         Y, grads, fins, gins = _conv(*spec)
-        yield f"{name} fwd", [Y], fins, steps
-        yield f"{name} grad", grads, gins, steps
+        yield f"{name} fwd", [Y], fins, steps + ("k_unroll",)
+        yield f"{name} grad", grads, gins, steps + ("k_unroll",)
     x = tc.placeholder((256, 784), name="x")
     W1, b1 = tc.placeholder((1024, 784), name="W1"), tc.placeholder((1024,), name="b1")
     W2, b2 = tc.placeholder((10, 1024), name="W2"), tc.placeholder((10,), name="b2")
@@ -85,12 +88,12 @@ def programs():
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
-        [x, W1, b1, W2, b2, y], ("rows",)
+        [x, W1, b1, W2, b2, y], ("rows", "k_unroll")
     A, B = tc.placeholder((1024, 1024), name="A"), tc.placeholder((1024, 1024), name="B")
     k = tc.reduce_axis(1024, name="k")
     C = tc.compute((1024, 1024), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
     HC = tc.placeholder((1024, 1024), name="HC")
-    yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], ("rows",)
+    yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], ("rows", "k_unroll")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:

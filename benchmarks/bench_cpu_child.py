@@ -129,6 +129,17 @@ def as_numpy(x: Any) -> Any:
     return np.asarray(x)
 
 
+def broadcast_view(x: Any) -> bool:
+    """Whether a result (or one of a list) is a PyTorch view with a stride of 0 over an
+    extent above 1: a broadcast that was never written out (autograd's gradient of a sum
+    is ``grad.expand(...)``), where tecomp and JAX return dense arrays."""
+    if isinstance(x, (list, tuple)):
+        return any(broadcast_view(v) for v in x)
+    if not hasattr(x, "stride"):
+        return False
+    return any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape))
+
+
 #: seconds of idleness before each framework's sample when the case runs on several threads:
 #: a thread pool that spin-waits after its calls (OpenBLAS's spins about 0.2 s here) would
 #: otherwise hold a core through the next framework's sample (a 1024^3 matmul on 2 threads
@@ -203,11 +214,15 @@ def run(name: str, threads: int, reps: int, sample_ms: float) -> dict[str, Any]:
             if fn is None:
                 continue
             try:
-                err = rel_error(as_numpy(fn()), ref)
+                got = fn()
+                err = rel_error(as_numpy(got), ref)
             except Exception as exc:  # noqa: BLE001 - reported, not timed
                 row["notes"].append(f"{fw} {kind}: {type(exc).__name__}: {str(exc)[:160]}")
                 continue
             row["errors"][f"{fw} {kind}"] = err
+            if broadcast_view(got):
+                row["notes"].append(f"{fw} {kind} returns a broadcast view (a stride of 0): "
+                                    "its result is not written out, tecomp's is")
             if err <= 2e-3:
                 timed[f"{fw} {kind}"] = fn
             else:
