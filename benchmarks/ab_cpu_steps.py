@@ -93,7 +93,8 @@ def programs():
     k = tc.reduce_axis(1024, name="k")
     C = tc.compute((1024, 1024), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
     HC = tc.placeholder((1024, 1024), name="HC")
-    yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], ("rows", "k_unroll")
+    yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
+        ("rows", "k_unroll")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:
