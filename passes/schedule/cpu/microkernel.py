@@ -230,7 +230,9 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                                                       subst_expr(tile_value, row))))
                 stores.append(Store(st.buffer, dst, BufferLoad(acc, here, dt)))
         update, first = lanes(updates), lanes(loads)
-        body = Allocate(acc, Seq((first, _unrolled(k, kc, khi, update), lanes(stores))))
+        steps = (_unrolled(k, kc, khi, update) if nrows == mr and rows is None
+                 else For(k, kc, khi, update))
+        body = Allocate(acc, Seq((first, steps, lanes(stores))))
         return body, update, first
 
     def columns_past_tiles(nrows: int) -> Stmt:
@@ -264,7 +266,10 @@ def _unrolled(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
     multiply-adds: four steps a trip took a float32 matmul from 130 to 147 GFLOP/s at
     1024^3 and 129 to 145 at 2048^3 on one AVX-512 core (eight: no further gain).  The
     steps run in the same order, so the sums are unchanged.  A loop a constant extent
-    leaves empty is dropped."""
+    leaves empty is dropped.  Only the whole tiles that broadcast the row operand in place
+    take it: with a packed row operand (an MLP's gradient, a matmul's) and on the row tails
+    it measured no faster, and the copies cost LLVM time (the symbolic transformer block's
+    gradient: 37k -> 70k lines of IR, 3.4 -> 4.0 s to compile)."""
     u = K_UNROLL
     if u <= 1:
         return For(k, lo, hi, body)
