@@ -87,7 +87,6 @@ class Kernel:
         self.name = func.name
         self.target = target
         self._entry = entry
-        self.source: str = entry.source
         self._args: list[_BufArg | _VarArg] = []
         self._bufs: list[tuple[_BufArg, int]] = []  # (spec, argument position)
         self._hidden: list[np.ndarray] = []
@@ -166,6 +165,17 @@ class Kernel:
                 f"jit: kernel {func.name!r} has {len(bufs)} output buffer(s) for "
                 f"{len(labels)} output(s)")
         self._outs = [_BufArg(lab, b) for lab, b in zip(labels, bufs)]
+
+    @property
+    def source(self) -> str:
+        """The code the kernel runs, as text (the LLVM backend: the optimised IR, read from
+        the persistent cache on first use for a kernel loaded from it)."""
+        text = self.__dict__.get("_source_text")
+        return self._entry.source if text is None else text
+
+    @source.setter
+    def source(self, text: str) -> None:
+        self._source_text = text
 
     @property
     def cost(self) -> Any:

@@ -16,7 +16,7 @@ supplies) and compiled.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                     pooled = pooled_buffers(_schedule(func, threads))
                 try:
                     out = load_object(entry["object"], symbol_name(func.name),
-                                      str(entry.get("source", "")))
+                                      _stored_source(store, key))
                     out.threads = threads
                     out.pooled = pooled
                     return out
@@ -127,8 +127,9 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         out.pooled = pooled_buffers(emitted)
         if store is not None:
             record = _pooled_record(out.pooled)
-            store.put(key, {"object": out.object_code, "source": out.source,
+            store.put(key, {"object": out.object_code,
                             **({"pooled": record} if record is not None else {})})
+            store.put(source_key(key), {"source": out.source})
         return out
 
     def compile_now(emitted: LoweredFunc) -> JitFunction:
@@ -150,6 +151,24 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     if cache is None:
         return build()
     return cache.get_or_compile(memory_key, build)
+
+
+def source_key(key: str) -> str:
+    """The disk key of the optimised IR of the kernel stored under ``key``: an entry of its
+    own, so that loading the machine code does not decompress megabytes of text."""
+    import hashlib
+
+    return hashlib.sha256(f"{key}|source".encode()).hexdigest()
+
+
+def _stored_source(store: Any, key: str) -> Callable[[], str]:
+    """A function that reads the IR of the kernel stored under ``key`` (a missing entry
+    reads as a note)."""
+    def read() -> str:
+        found = store.get(source_key(key))
+        text = found.get("source") if found is not None else None
+        return text if isinstance(text, str) else "; the optimised IR is not in the cache\n"
+    return read
 
 
 #: the integer operations an extent of a pooled temporary may hold in a disk entry

@@ -36,7 +36,7 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -152,16 +152,27 @@ def code_version() -> str:
 
 @dataclass
 class JitFunction:
-    """A compiled function: its address, the optimised IR and what keeps the code alive."""
+    """A compiled function: its address, the optimised IR and what keeps the code alive.
+
+    ``source`` may be given as a function that returns the IR text: code loaded from the
+    persistent cache reads its IR (megabytes for a large gradient, a separate entry) only
+    when someone asks for it (:attr:`source`), not on the load path."""
 
     name: str
     address: int
-    source: str
+    _source: str | Callable[[], str] = field(repr=False)
     _tracker: Any = field(repr=False, default=None)
     threads: bool = False  # whether the function takes a thread count as its last argument
     object_code: bytes = field(repr=False, default=b"")  # what was linked (for the disk cache)
     #: temporaries the caller passes after the outputs (``emit.pooled_buffers``)
     pooled: tuple = ()
+
+    @property
+    def source(self) -> str:
+        """The optimised LLVM IR the code came from (read on first use when lazy)."""
+        if callable(self._source):
+            self._source = self._source()
+        return self._source
 
 
 class _Library:
@@ -307,10 +318,11 @@ def _load_runtime() -> JitFunction:
     return rt
 
 
-def load_object(obj: bytes, name: str, source: str, *,
+def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
                 link_runtime: bool = True) -> JitFunction:
     """Link the object code ``obj`` (made by :func:`compile_ir` on this machine) into the
-    process and return its function ``name``; ``source`` is the optimised IR it came from.
+    process and return its function ``name``; ``source`` is the optimised IR it came from
+    (or a function that reads it, :class:`JitFunction`).
     The runtime's symbol (:func:`runtime_address`) is resolved for it when ``obj`` refers to
     it (the name is in its symbol table; a kernel without parallel loops does not)."""
     with LOCK:

@@ -96,8 +96,8 @@ def test_flipped_byte_is_detected_and_the_kernel_rebuilt(tmp_path):
         B = tc.compute((16,), lambda i: tc.exp(A[i]) * 3.0, name="flip_B")
         a = np.linspace(-1, 1, 16).astype(np.float32)
         want = tc.build(B, [A])(a)
-        (entry,) = [p for p in tmp_path.glob("??/*.bin")
-                    if b"flip_B" in dc.decode(p.read_bytes(), p.stem).get("source", "").encode()]
+        (entry,) = [p for p in tmp_path.glob("??/*.bin")  # the kernel's machine code
+                    if b"flip_B" in dc.decode(p.read_bytes(), p.stem).get("object", b"")]
         raw = bytearray(entry.read_bytes())
         raw[len(raw) // 2] ^= 0x10
         entry.write_bytes(bytes(raw))
