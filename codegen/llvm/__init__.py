@@ -29,7 +29,6 @@ from ..cache import KERNELS, CompileCache
 from ..disk_cache import DiskCache, default_cache
 from ..kernel import Kernel
 from ..target import Schedule, Target
-from .emit import emit_module, pooled_buffers, symbol_name
 from .jit import (
     LOCK,
     JitFunction,
@@ -39,8 +38,17 @@ from .jit import (
     load_object,
     target_key,
 )
+from .layout import pooled_buffers, symbol_name
 
 _USE_DEFAULT: Any = object()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "emit_module":  # imported when first asked for (see compile_function)
+        from .emit import emit_module
+
+        return emit_module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["LlvmTarget", "build_kernel", "compile_function", "emit_module", "compile_ir",
            "JitFunction", "target_key", "symbol_name", "load_object", "disk_key", "code_version"]
@@ -133,6 +141,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         return out
 
     def compile_now(emitted: LoweredFunc) -> JitFunction:
+        from .emit import emit_module  # not imported on the path that loads cached code
+
         with LOCK:
             try:
                 module = emit_module(emitted, threads=threads)

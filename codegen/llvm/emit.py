@@ -36,7 +36,6 @@ Expressions are emitted by :class:`.emit_expr.ExprEmitter`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from llvmlite import ir
@@ -58,14 +57,7 @@ from ...loopir import (
 )
 from . import types as T
 from .emit_expr import ExprEmitter
-
-STACK_LIMIT = 16384  # bytes; larger temporaries go to the heap
-
-
-def symbol_name(name: str) -> str:
-    """A valid, readable LLVM symbol for a kernel name."""
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name or "kernel")
-    return s if s and not s[0].isdigit() else "k_" + s
+from .layout import STACK_LIMIT, heap_allocated, pooled_buffers, symbol_name  # noqa: F401
 
 
 def emit_module(func: LoweredFunc, *, threads: bool = False) -> ir.Module:
@@ -84,39 +76,6 @@ def signature(func: LoweredFunc, threads: bool = False) -> ir.FunctionType:
     nbuf = len(func.inputs) + len(func.outputs) + len(pooled_buffers(func))
     extra = 1 if threads else 0
     return ir.FunctionType(T.I32, [T.PTR] * nbuf + [T.I64] * (len(func.params) + extra))
-
-
-def heap_allocated(buf: Buffer) -> bool:
-    """Whether a temporary goes to the heap (symbolic, or over :data:`STACK_LIMIT` bytes)."""
-    count = 1
-    for d in buf.shape:
-        if not isinstance(d, E.Const):
-            return True
-        count *= max(int(d.value), 0)
-    return count * T.elem_size(buf.dtype) > STACK_LIMIT
-
-
-def pooled_buffers(func: LoweredFunc) -> tuple[Buffer, ...]:
-    """The heap temporaries the caller provides (in this order, after the output pointers):
-    those allocated outside every loop, branch and binding, with extents in the function's
-    parameters only — so the caller can size them from the arguments and reuse the memory
-    across calls (:class:`~tecomp.codegen.kernel.Kernel` keeps one set per thread)."""
-    params = set(func.params)
-    out: list[Buffer] = []
-
-    def walk(st: Stmt) -> None:
-        if isinstance(st, Seq):
-            for x in st.stmts:
-                walk(x)
-        elif isinstance(st, Allocate):
-            b = st.buffer
-            if heap_allocated(b) and b not in out and \
-                    all(free_vars(d) <= params for d in b.shape):
-                out.append(b)
-            walk(st.body)
-
-    walk(func.body)
-    return tuple(out)
 
 
 class StmtEmitter(ExprEmitter):

@@ -36,15 +36,17 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import llvmlite.binding as llvm
-from llvmlite import ir
 
 from ... import host as host_module
 from ...errors import CompileError
 from ...host import Host, describe, llvm_features
 from ...logs import timed
+
+if TYPE_CHECKING:
+    from llvmlite import ir
 
 LOCK = threading.RLock()
 _state: dict[str, Any] = {}

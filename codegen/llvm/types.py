@@ -28,6 +28,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...errors import CompileError
+from .layout import ELEM_SIZE
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -68,8 +69,7 @@ def mem_type(dtype: str) -> ir.Type:
 
 def elem_size(dtype: str) -> int:
     """Bytes per buffer element (matches NumPy's itemsize for the storage dtype)."""
-    return {"float16": 2, "bfloat16": 4, "float32": 4, "float64": 8, "int32": 4, "int64": 8,
-            "bool": 1}[dtype]
+    return ELEM_SIZE[dtype]
 
 
 def is_float(dtype: str) -> bool:
