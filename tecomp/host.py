@@ -21,6 +21,7 @@ import functools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 #: fallback cache sizes (bytes) when neither sysfs nor sysconf reports them: small, safe values
 DEFAULT_CACHES = (32 * 1024, 512 * 1024, 4 * 1024 * 1024)
@@ -121,9 +122,25 @@ def from_features(features: str) -> Host:
                 l3, features)
 
 
+#: where :func:`describe` reads the CPU's LLVM feature string when set (:func:`set_feature_source`)
+_feature_source: Callable[[], str] | None = None
+
+
+def set_feature_source(source: Callable[[], str] | None) -> None:
+    """Read the CPU's LLVM feature string from ``source`` instead of asking LLVM: the LLVM
+    backend's record of this host from an earlier process (``codegen/llvm/identity.py``),
+    so that a process whose kernels all come from the persistent cache never loads LLVM.
+    It must return what LLVM would; :func:`describe` is recomputed."""
+    global _feature_source
+    _feature_source = source
+    describe.cache_clear()
+
+
 @functools.lru_cache(maxsize=1)
 def describe() -> Host:
     """This machine (computed once per process)."""
+    if _feature_source is not None:
+        return from_features(_feature_source())
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()

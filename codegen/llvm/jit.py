@@ -38,8 +38,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-import llvmlite.binding as llvm
-
 from ... import host as host_module
 from ...errors import CompileError
 from ...host import Host, describe, llvm_features
@@ -53,28 +51,45 @@ _state: dict[str, Any] = {}
 _library_ids = itertools.count()
 
 
-def _init() -> dict[str, Any]:
-    """Initialise LLVM's native target once and describe the host (triple, CPU, features).
+def binding() -> Any:
+    """llvmlite's binding with LLVM's native target initialised (loaded on first use: a
+    process that only loads cached kernels through :mod:`.elf` never needs it)."""
+    llvm = _state.get("binding")
+    if llvm is not None:
+        return llvm
+    with LOCK:
+        if "binding" not in _state:
+            import llvmlite.binding as llvm
 
-    Cheap on purpose: loading code from the persistent cache needs no more.  The target
-    machine that compiles is made on first use (:func:`_machine`, a few milliseconds)."""
-    if _state:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _load_gcc_runtime(llvm)
+            _state["binding"] = llvm
+    return _state["binding"]
+
+
+def _init() -> dict[str, Any]:
+    """Describe the host once (triple, CPU, features, LLVM version): LLVM's answer, which
+    :mod:`.identity` remembers in the persistent cache, so that loading cached code needs
+    neither LLVM nor a target machine.  :func:`tecomp.host.describe` reads the same
+    features.  The target machine that compiles is made on first use (:func:`_machine`)."""
+    if "key" in _state:
         return _state
     with LOCK:
-        if _state:
+        if "key" in _state:
             return _state
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        _load_gcc_runtime()
-        cpu = llvm.get_host_cpu_name()
+        from .identity import identity
+
+        found = identity()
+        host_module.set_feature_source(lambda: found["features"])
         features = llvm_features(describe())  # with the host's vector-width preference
-        triple = llvm.get_process_triple()
-        _state.update(cpu=cpu, features=features, triple=triple,
+        cpu, triple = found["cpu"], found["triple"]
+        _state.update(cpu=cpu, features=features, triple=triple, llvm=found["llvm"],
                       key=f"{triple}|{cpu}|{features}")
     return _state
 
 
-def _load_gcc_runtime() -> None:
+def _load_gcc_runtime(llvm: Any) -> None:
     """Make the compiler-runtime helpers LLVM may call (half conversions without F16C,
     ``powi``) resolvable: the loader finds ``libgcc_s`` by its soname; ``find_library`` (which
     runs ``ldconfig``, milliseconds) only when that fails."""
@@ -105,7 +120,7 @@ def _machine(host: Host | None = None) -> Any:
         with LOCK:
             tm = machines.get(features)
             if tm is None:
-                target = llvm.Target.from_triple(st["triple"])
+                target = binding().Target.from_triple(st["triple"])
                 tm = machines[features] = target.create_target_machine(
                     cpu=st["cpu"], features=features, opt=3, codemodel="jitdefault")
     return tm
@@ -115,7 +130,7 @@ def _process_jit() -> Any:
     """The process-wide JIT that holds the parallel-loop runtime (made once)."""
     st = _init()
     if "jit" not in st:
-        st["jit"] = llvm.create_lljit_compiler()
+        st["jit"] = binding().create_lljit_compiler()
     return st["jit"]
 
 
@@ -138,7 +153,7 @@ def disk_key(memory_key: str) -> str:
 
     import llvmlite
 
-    versions = f"llvmlite-{llvmlite.__version__}|llvm-{llvm.llvm_version_info}"
+    versions = f"llvmlite-{llvmlite.__version__}|llvm-{_init()['llvm']}"
     return hashlib.sha256(f"{memory_key}|{versions}|{code_version()}".encode()).hexdigest()
 
 
@@ -217,6 +232,7 @@ def _pass_builder(speed_level: int, host: Host | None) -> Any:
         found[0].close()
         found = None
     if found is None:
+        llvm = binding()
         pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
         pto.loop_vectorization = speed_level >= 2
         pto.slp_vectorization = speed_level >= 2
@@ -228,7 +244,7 @@ def _pass_builder(speed_level: int, host: Host | None) -> Any:
     return found[1]
 
 
-def optimise(module: llvm.ModuleRef, speed_level: int = 3, host: Host | None = None) -> None:
+def optimise(module: Any, speed_level: int = 3, host: Host | None = None) -> None:
     """Run the O``speed_level`` pipeline with vectorisation on ``module`` in place."""
     with LOCK:
         pb = _pass_builder(speed_level, host)
@@ -238,7 +254,7 @@ def optimise(module: llvm.ModuleRef, speed_level: int = 3, host: Host | None = N
         finally:
             # llvmlite never frees a module pass manager (the whole O3 pipeline, ~0.1 MiB a
             # compile): dispose of it here
-            dispose = getattr(llvm.ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
+            dispose = getattr(binding().ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
             if dispose is not None:
                 dispose(mpm)
                 mpm.detach()
@@ -255,6 +271,7 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
     """
     text = str(module)
     with LOCK:
+        llvm = binding()
         tm = _machine(host)
         try:
             # a context per module: the global one keeps every type and constant forever
@@ -326,17 +343,44 @@ def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
     process and return its function ``name``; ``source`` is the optimised IR it came from
     (or a function that reads it, :class:`JitFunction`).
     The runtime's symbol (:func:`runtime_address`) is resolved for it when ``obj`` refers to
-    it (the name is in its symbol table; a kernel without parallel loops does not)."""
+    it (the name is in its symbol table; a kernel without parallel loops does not).
+
+    On x86-64 Linux the object is mapped by :mod:`.elf` (no LLVM needed); an object that
+    loader does not take, or another platform, goes through an ORC LLJIT."""
+    from . import elf
+    from .layout import RUNTIME_SYMBOL
+
+    wants_runtime = link_runtime and RUNTIME_SYMBOL.encode() in obj
+    if LOAD_WITH_ELF and elf.available():
+        resolve = {RUNTIME_SYMBOL: runtime_address()} if wants_runtime else {}
+        try:
+            image = elf.load(obj, resolve)
+        except elf.UnsupportedObject:
+            image = None
+        if image is not None and image.address(name):
+            out = JitFunction(name, image.address(name), source, image)
+            out.object_code = obj
+            return out
+    return _load_with_lljit(obj, name, source, wants_runtime, link_runtime)
+
+
+#: whether :func:`load_object` tries :mod:`.elf` first (tests switch it off to check the
+#: LLJIT path)
+LOAD_WITH_ELF = True
+
+
+def _load_with_lljit(obj: bytes, name: str, source: str | Callable[[], str],
+                     wants_runtime: bool, link_runtime: bool) -> JitFunction:
     with LOCK:
+        llvm = binding()
         _init()
         lib = f"{name}.{next(_library_ids)}"
         try:
             builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
-            if link_runtime:
-                from .runtime import SYMBOL
+            if wants_runtime:
+                from .layout import RUNTIME_SYMBOL
 
-                if SYMBOL.encode() in obj:
-                    builder = builder.import_symbol(SYMBOL, runtime_address())
+                builder = builder.import_symbol(RUNTIME_SYMBOL, runtime_address())
             # kernels get a JIT each (dropped with the kernel: its dylib and symbol tables go
             # too); the runtime stays in the process-wide one
             jit = llvm.create_lljit_compiler() if link_runtime else _process_jit()

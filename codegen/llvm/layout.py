@@ -16,6 +16,10 @@ from ...loopir import Allocate, Buffer, LoweredFunc, Seq, Stmt
 ELEM_SIZE = {"float16": 2, "bfloat16": 4, "float32": 4, "float64": 8, "int32": 4,
              "int64": 8, "bool": 1}
 
+#: the parallel-loop runtime's entry point (:mod:`.runtime`), which kernels with threaded loops
+#: call
+RUNTIME_SYMBOL = "tecomp_parallel_for"
+
 STACK_LIMIT = 16384  # bytes; larger temporaries go to the heap
 
 

@@ -31,8 +31,8 @@ import platform
 from llvmlite import ir
 
 from . import types as T
+from .layout import RUNTIME_SYMBOL as SYMBOL
 
-SYMBOL = "tecomp_parallel_for"
 CHUNKS_PER_THREAD = 4
 
 _NEXT, _DONE, _STATUS, _REFS, _CTX, _TRIPS, _CHUNKS, _FN, _SLOTS = range(9)
