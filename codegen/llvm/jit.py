@@ -1,4 +1,4 @@
-"""Compile LLVM IR for the host CPU and load it into the process (ORC LLJIT via llvmlite).
+"""Compile LLVM IR for the host CPU and load it into the process (llvmlite; :mod:`.elf`).
 
 Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it fails:
 
@@ -8,22 +8,25 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
   and features (without them LLVM only uses SSE) and the vector width of
   :func:`tecomp.host.describe` (on AVX-512 hosts LLVM's tuning would otherwise keep to 256-bit
   vectors: the feature string switches ``prefer-256-bit`` off);
-* ``jit`` — the target machine emits an object file and an ORC LLJIT of its own links it
-  against the running process (``malloc``/``free``/``pthread_create`` from libc, ``erf``...
-  from libm, which Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, linked
-  once into a process-wide JIT), and returns the function's address.  An unresolved symbol is
-  an error here, never a crash.
+* ``jit`` — the target machine emits an object file, which is linked against the running
+  process (``malloc``/``free``/``pthread_create`` from libc, ``erf``... from libm, which
+  Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, loaded once per
+  process): on x86-64 Linux by the backend's own loader (:mod:`.elf`), elsewhere, or for an
+  object that loader does not take, by an ORC LLJIT of its own.  An unresolved symbol is an
+  error here, never a crash.
 
 Object code from the persistent cache only needs the last stage (:func:`load_object`), and
-that needs no target machine: the machine (a few milliseconds to make) is made on the first
-compile, and the runtime's own object code is cached on disk like a kernel's, so a process
-whose kernels all come from the cache never runs LLVM's optimiser or code generator.
+that needs no target machine and, through :mod:`.elf`, not even LLVM: llvmlite's binding is
+imported on first use (:func:`binding`), the host's CPU name and features come from the
+record :mod:`.identity` keeps in the cache, and the runtime's own object code is cached on
+disk like a kernel's, so a process whose kernels all come from the cache never loads LLVM's
+library (20-30 ms), let alone its optimiser or code generator.
 
 Memory: each module is parsed into a fresh LLVM context (the global one keeps every type and
 constant for ever), the pass manager llvmlite leaves undisposed is disposed of, a pass
 builder serves 32 compiles (llvmlite leaks part of each), and a kernel's
-JIT is dropped with its :class:`JitFunction` (an evicted cache entry), so compiling many
-distinct kernels does not grow the process beyond what the caches hold.
+mapping (or JIT) is dropped with its :class:`JitFunction` (an evicted cache entry), so
+compiling many distinct kernels does not grow the process beyond what the caches hold.
 
 LLVM's global state in llvmlite is not thread-safe, so every stage runs under one process-wide
 lock; calling compiled code needs no lock.
