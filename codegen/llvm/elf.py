@@ -158,6 +158,8 @@ def load(obj: bytes,
     for sec in sections:
         if sec[1] == _SHT_REL:
             raise UnsupportedObject("REL relocations")
+        if sec[1] in (14, 15, 16):  # SHT_INIT_ARRAY, FINI_ARRAY, PREINIT_ARRAY: not run here
+            raise UnsupportedObject("constructors or destructors")
         if sec[1] != _SHT_NOBITS and sec[4] + sec[5] > len(obj):
             raise UnsupportedObject("a section runs past the end of the file")
 
