@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import struct
 import sys
@@ -54,8 +55,10 @@ _PAGE = mmap.PAGESIZE
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 
 
+@functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether this process can use the loader (x86-64 Linux with a usable libc)."""
+    """Whether this process can use the loader (x86-64 Linux with a usable libc; asked once:
+    every kernel load asks)."""
     import platform
 
     return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64") \
