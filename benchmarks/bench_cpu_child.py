@@ -151,7 +151,9 @@ def round_robin(fns: dict[str, Callable[[], Any]], reps: int,
                 sample_s: float, settle_s: float = 0.0) -> dict[str, tuple[float, float]]:
     """Median seconds a call and spread (IQR / median) of each function, timed in rounds
     that call every function in turn, the order rotating each round; ``settle_s`` of sleep
-    before each sample (the consecutive calls of one sample still follow each other)."""
+    before each sample, then one untimed call (the first call after an idle pause pays for
+    waking the other cores, in every framework alike); the consecutive calls of one sample
+    still follow each other."""
     inner = {}
     for name, fn in fns.items():
         fn()
@@ -165,6 +167,7 @@ def round_robin(fns: dict[str, Callable[[], Any]], reps: int,
             fn, k = fns[name], inner[name]
             if settle_s:
                 time.sleep(settle_s)
+                fn()
             t0 = time.perf_counter()
             for _ in range(k):
                 fn()
