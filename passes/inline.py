@@ -13,7 +13,8 @@ when inlining does not raise the cost:
 * ``P`` is not an output and its body holds no ``Reduce`` (a reduction is never recomputed).
 * Size: (tree size of ``body``) x (number of read sites of ``P``) <= ``budget`` nodes, so a
   stage read many times by a large consumer stays a buffer.
-* A body with flops (see :mod:`tecomp.cost`) is inlined only into a single read site whose
+* A body with flops that depend on its axes (see :mod:`tecomp.cost`; a factor like
+  ``-head / n`` is computed once outside the loops) is inlined only into a single read site whose
   indices use every loop variable enclosing the read (the consumer's axes and the axes of
   the reductions around it), with no more such variables than ``P`` has dimensions: each
   element is then computed about once, as with a buffer.  Several reads in one consumer
@@ -41,8 +42,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from tecomp import expr as E
-from tecomp.cost import expr_flops
-from tecomp.functor import ExprMutator, children, op_exprs, substitute, walk
+from tecomp.cost import varying_flops
+from tecomp.functor import ExprMutator, children, free_vars, make_reduce, op_exprs, substitute, walk
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
 from .inline_bounds import reads_checked_in_place, reads_every_element
@@ -139,6 +140,69 @@ class _Replace(ExprMutator):
             return E.TensorRead(e.tensor, idx, e.dtype)
         return substitute(self.body, {ax.var: i for ax, i in zip(self.axes, idx)})
 
+    def visit_Reduce(self, e: E.Reduce) -> E.Expr:
+        out = super().visit_Reduce(e)
+        return _point_sum(out) if out is not e else out
+
+
+def _point_sum(e: E.Expr) -> E.Expr:
+    """``Σ_{t in [lo, lo + n)} g · select(t == v, f(t), 0)`` with ``v`` free of the sum's axes
+    as ``select(lo <= v < lo + n, (g · f)(t := v), 0)`` (the sum kept over its other axes).
+
+    Zero elimination removes such deltas inside one stage; inlining creates new ones when a
+    stage whose body is a delta on a data-dependent index (the one-hot adjoint
+    ``select(j1 == y[j0], -head / n, 0)`` of a cross-entropy) is substituted into a sum of
+    another stage.  Without this the sum would run over every ``t`` to pick one term.  The
+    delta is looked for along the factors of the body (products, negation, a numerator)."""
+    if not isinstance(e, E.Reduce) or e.combiner != "sum":
+        return e
+    bound = {a.var for a in e.axes}
+    found = _delta_factor(e.body, bound)
+    if found is None:
+        return e
+    t, v, rest_body = found
+    if e.where is not None and t in free_vars(e.where):
+        return e
+    ax = next(a for a in e.axes if a.var == t)
+    body = E.cast(substitute(rest_body, {t: v}), e.dtype)
+    inside = E.logical_and(E.compare(E.GE, v, ax.lo),
+                           E.compare(E.LT, v, E.add(ax.lo, ax.extent)))
+    rest = tuple(a for a in e.axes if a is not ax)
+    if rest:
+        body = make_reduce("sum", body, rest, e.where, e.dtype)
+    elif e.where is not None:
+        inside = E.logical_and(inside, e.where)
+    return E.select(inside, body, E.Zero(e.dtype))
+
+
+def _delta_factor(e: E.Expr, bound: set[E.Var]) -> tuple[E.Var, E.Expr, E.Expr] | None:
+    """``(t, v, e')`` when ``e = e'`` times ``[t == v]`` for a summation variable ``t`` and a
+    ``v`` free of every summation variable, where ``e'`` is ``e`` with the factor
+    ``select(t == v, a, 0)`` replaced by ``a``; else None."""
+    if isinstance(e, E.Select) and isinstance(e.cond, E.EQ) and (
+            isinstance(e.f, E.Zero) or isinstance(e.f, E.Const) and e.f.value == 0):
+        for t, v in ((e.cond.a, e.cond.b), (e.cond.b, e.cond.a)):
+            if isinstance(t, E.Var) and t in bound and not free_vars(v) & bound:
+                return t, v, e.t
+        return None
+    if isinstance(e, E.Mul):
+        for first, put in ((e.a, lambda x: E.Mul(x, e.b, e.dtype)),
+                           (e.b, lambda x: E.Mul(e.a, x, e.dtype))):
+            got = _delta_factor(first, bound)
+            if got is not None:
+                return got[0], got[1], put(got[2])
+        return None
+    if isinstance(e, (E.Neg, E.Div)):
+        got = _delta_factor(e.a, bound)
+        if got is None:
+            return None
+        return got[0], got[1], E.Neg(got[2], e.dtype) if isinstance(e, E.Neg) else \
+            E.Div(got[2], e.b, e.dtype)
+    if isinstance(e, E.Cast):
+        got = _delta_factor(e.value, bound)
+        return None if got is None else (got[0], got[1], E.Cast(got[2], e.dtype))
+    return None
+
 
 def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_BUDGET
                   ) -> tuple[dict[int, tuple[E.Expr, ...]], set[int]]:
@@ -176,7 +240,7 @@ def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_
         if sites and _has_select(body) and any(
                 _window_read(e, p, frozenset()) for s in readers for e in exprs[id(s)]):
             continue  # a padded window: one pass to pad beats a bounds test per term
-        if sites and expr_flops(body) > 0:
+        if sites and varying_flops(body, frozenset(a.var.name for a in p.op.axes)) > 0:
             s = readers[0]
             if len(readers) != 1 or not isinstance(s.op, ComputeOp):
                 continue

@@ -106,6 +106,31 @@ def expr_flops(*exprs: E.Expr | None) -> int:
     return total
 
 
+def varying_flops(e: E.Expr, names: frozenset[str]) -> int:
+    """Flops of ``e`` in the subexpressions that use a variable named in ``names``: the rest is
+    invariant in loops over those variables and is computed once, outside them (each distinct
+    subexpression counted once, as in :func:`expr_flops`)."""
+    memo: dict[E.Expr, bool] = {}
+
+    def varies(x: E.Expr) -> bool:
+        if x not in memo:
+            memo[x] = (x.name in names) if isinstance(x, E.Var) else \
+                any([varies(c) for c in _children(x)])
+        return memo[x]
+
+    seen: set[E.Expr] = set()
+    stack = [e]
+    total = 0
+    while stack:
+        x = stack.pop()
+        if x in seen or not varies(x):
+            continue
+        seen.add(x)
+        total += op_flops(x)
+        stack.extend(_children(x))
+    return total
+
+
 # ------------------------------------------------------------------------------ collection
 @dataclass(frozen=True)
 class _Loop:

@@ -70,6 +70,15 @@ class Shape(tuple):
         return f"({inner},)" if len(self) == 1 else f"({inner})"
 
 
+#: ``Tensor.attrs`` key an op sets on an internal stage whose derivative cancels exactly in the
+#: stages that read it, such as the row maximum softmax subtracts for stability
+#: (``softmax(x - m) == softmax(x)`` for every ``m``): reverse mode, forward mode and DOF treat
+#: such a stage as a constant (as ``jax.nn.softmax`` stops the gradient at its maximum), which
+#: saves the argmax pass and the two reductions whose sum is zero.  The stage is still
+#: differentiated as usual when it is itself the output being differentiated.
+CANCELLING_DERIVATIVE = "cancelling_derivative"
+
+
 @dataclass(frozen=True, eq=False)
 class Tensor:
     """A tensor of a given shape and dtype; index it (``T[i, j]``) to read an element.

@@ -58,7 +58,7 @@ from tecomp.errors import DifferentiationError
 from tecomp.functor import fresh_name, input_tensors, make_reduce
 from tecomp.functor import topo_order as _topo
 from tecomp.scan_op import ScanOp
-from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+from tecomp.tensor import CANCELLING_DERIVATIVE, ComputeOp, ScatterOp, Tensor
 
 from .flatten import conj, flat_terms, rename_axes
 from .flatten import names as expr_names
@@ -82,7 +82,7 @@ def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
     nprefix = head.ndim - output.ndim
     order = _topo([output])
     wanted = {id(t) for t in inputs}
-    reach = _reachable(order, wanted)
+    reach = _reachable(order, wanted, output)
     taken = _all_names(order) | _all_names([head])
     prefix = tuple(E.Var(fresh_name(f"p{m}", taken), "int64") for m in range(nprefix))
     taken |= {v.name for v in prefix}
@@ -121,12 +121,15 @@ def differentiate(output: Tensor, inputs: Sequence[Tensor], head: Tensor, *,
     return out
 
 
-def _reachable(order: list[Tensor], wanted: set[int]) -> dict[int, bool]:
-    """Float tensors on a path from a wanted tensor (producers first in ``order``)."""
+def _reachable(order: list[Tensor], wanted: set[int], output: Tensor) -> dict[int, bool]:
+    """Float tensors on a path from a wanted tensor (producers first in ``order``); a stage
+    whose derivative cancels in its readers (:data:`CANCELLING_DERIVATIVE`) is no path."""
     reach: dict[int, bool] = {}
     for t in order:
         if id(t) in wanted:
             reach[id(t)] = True
+        elif t.attrs.get(CANCELLING_DERIVATIVE) and t is not output:
+            reach[id(t)] = False
         elif dtypes.is_float(t.dtype):
             reach[id(t)] = any(reach.get(id(d), False) for d in input_tensors(t))
     return reach

@@ -73,7 +73,7 @@ from tecomp import expr as E
 from tecomp.errors import DifferentiationError
 from tecomp.functor import consumers, input_tensors, make_reduce, substitute, topo_order
 from tecomp.scan_op import ScanOp
-from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+from tecomp.tensor import CANCELLING_DERIVATIVE, ComputeOp, ScatterOp, Tensor
 
 from ..forward.context import (
     ExprTangent,
@@ -263,6 +263,8 @@ def dof_operator(output: Tensor, x: Tensor, dec: Decomposition, *, who: str = "d
                 f"{x.name!r} (a gradient of a gather); use method='hessian'")
         if t is x or not isinstance(t.op, ComputeOp):
             continue
+        if t.attrs.get(CANCELLING_DERIVATIVE) and t is not output:
+            continue  # its readers do not depend on it: zero first and second derivatives
         ctx = DofContext(t, gmap, smap, layout, names,
                          any(r is not output for r in readers.get(id(t), ())))
         g, s = ctx.pair(t.op.body)

@@ -19,7 +19,7 @@ from typing import Sequence
 from tecomp import expr as E
 from tecomp.functor import free_vars, fresh_name, topo_order
 from tecomp.scan_op import ScanOp
-from tecomp.tensor import ComputeOp, ScatterOp, Tensor
+from tecomp.tensor import CANCELLING_DERIVATIVE, ComputeOp, ScatterOp, Tensor
 
 from .context import ExprTangent, Names, StageContext, TangentTensor, new_stage
 
@@ -61,6 +61,8 @@ def forward_tangents(outputs: Sequence[Tensor], seeds: dict[int, Tangent], *,
             continue
         if not isinstance(t.op, ComputeOp):
             continue
+        if t.attrs.get(CANCELLING_DERIVATIVE) and id(t) not in out_ids:
+            continue  # its readers do not depend on it: a zero tangent is exact for them
         ctx = StageContext(t, tangents, dirs, names)
         body = ctx.d(t.op.body)
         if isinstance(body, E.Zero):

@@ -12,7 +12,7 @@ from typing import Sequence
 from .. import dsl as tc
 from ..errors import DeclarationError
 from ..expr import Expr, as_expr
-from ..tensor import Tensor
+from ..tensor import CANCELLING_DERIVATIVE, Tensor
 
 
 def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
@@ -200,6 +200,7 @@ def _last_axis_stages(X: Tensor, name: str) -> tuple[Tensor, Tensor, Tensor]:
     nd = X.ndim
     k = tc.reduce_axis(m, name="k")
     mx = tc.compute(tuple(lead), lambda *i: tc.max(X[(*i, k)], axis=k), name=f"{name}_max")
+    mx.attrs[CANCELLING_DERIVATIVE] = True  # every reader below is invariant to the shift
     ex = tc.compute(X.shape, lambda *i: tc.exp(X[i] - mx[i[: nd - 1]]), name=f"{name}_exp")
     k2 = tc.reduce_axis(m, name="k")
     sm = tc.compute(tuple(lead), lambda *i: tc.sum(ex[(*i, k2)], axis=k2), name=f"{name}_sum")

@@ -115,3 +115,70 @@ def test_dense_shape_mismatch_is_an_error():
         tc.ops.dense(X, tc.placeholder((8, 3), name="W"))
     with pytest.raises(tc.TecompError, match="bias b axis 0"):
         tc.ops.dense(X, tc.placeholder((3, 8), name="W"), tc.placeholder((4,), name="b"))
+
+
+# ------------------------------------------------------------- softmax's cancelling maximum
+def _stage_names(ts):
+    from tecomp.functor import topo_order
+
+    return {t.name for t in topo_order(list(ts))}
+
+
+def _fd(f, x, v, h=1e-5):
+    return (f(x + h * v) - f(x - h * v)) / (2 * h)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_derivatives_treat_the_max_shift_as_a_constant(rng, op):
+    """The row maximum's derivative cancels in (log-)softmax: reverse mode, forward mode and
+    DOF leave it out (no argmax stage, no reduction of a sum that is zero) and still give
+    the derivatives of the whole op, checked against central differences in float64."""
+    X = tc.placeholder((3, 6), name="X", dtype="float64")
+    Y = getattr(tc.ops, op)(X)
+    w = rng.standard_normal((3, 6))
+    W = tc.placeholder((3, 6), name="W", dtype="float64")
+    i, j = tc.reduce_axis(3, name="i"), tc.reduce_axis(6, name="j")
+    L = tc.compute((), lambda: tc.sum(tc.sin(Y[i, j]) * W[i, j], axis=[i, j]), name="L")
+    x = rng.standard_normal((3, 6)) * 3.0
+    v = rng.standard_normal((3, 6))
+
+    def f(xx):
+        return float(tc.evaluate([L], {X: xx, W: w})[0])
+
+    (g,) = tc.gradient(L, [X])
+    assert not any("argmax" in n for n in _stage_names([g]))
+    (gx,) = tc.evaluate([g], {X: x, W: w})
+    np.testing.assert_allclose(np.sum(gx * v), _fd(f, x, v), rtol=1e-7)
+
+    V = tc.placeholder((3, 6), name="V", dtype="float64")
+    dL = tc.jvp(L, [X], [V])
+    assert not any("argmax" in n for n in _stage_names([dL]))
+    np.testing.assert_allclose(float(tc.evaluate([dL], {X: x, W: w, V: v})[0]),
+                               _fd(f, x, v), rtol=1e-7)
+
+    lap = tc.laplacian(Y, X)                     # rows are samples: d2 Y / dX[r, :]^2
+    (got,) = tc.evaluate([lap], {X: x})
+    (y0,) = tc.evaluate([Y], {X: x})
+    h = 1e-4
+    want = np.zeros_like(y0)
+    for c in range(6):
+        e = np.zeros((3, 6))
+        e[:, c] = h
+        yp, = tc.evaluate([Y], {X: x + e})
+        ym, = tc.evaluate([Y], {X: x - e})
+        want += (yp - 2 * y0 + ym) / h**2
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_max_stage_differentiated_as_the_output_keeps_its_derivative(rng):
+    """The constant treatment applies to readers of the maximum, not to the maximum itself."""
+    from tecomp.functor import topo_order
+
+    X = tc.placeholder((2, 5), name="X", dtype="float64")
+    mx = next(t for t in topo_order([tc.ops.softmax(X)]) if t.name == "softmax_max")
+    (g,) = tc.gradient(mx, [X])
+    x = rng.standard_normal((2, 5))
+    (gx,) = tc.evaluate([g], {X: x})
+    want = np.zeros((2, 5))
+    want[np.arange(2), x.argmax(1)] = 1.0
+    np.testing.assert_array_equal(gx, want)

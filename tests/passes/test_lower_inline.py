@@ -36,6 +36,29 @@ def test_elementwise_chain_with_one_covering_reader_is_inlined(rng):
     assert str(func.body).count("exp(") == 1
 
 
+def test_a_one_hot_inlined_into_sums_becomes_one_term_of_each(rng):
+    """``P[i, t] = select(t == y[i], c, 0)`` read by a sum over ``t`` and by an element-wise
+    stage: its invariant factor ``-h / 4`` is no work per element, so it is inlined into
+    both, and each sum over ``t`` of the delta becomes its one term, guarded by the label's
+    range (labels outside it, and a second sum axis, kept exact)."""
+    y = tc.placeholder((4,), name="y", dtype="int64")
+    h = tc.placeholder((), name="h")
+    X = tc.placeholder((4, 6), name="X")
+    P = tc.compute((4, 6), lambda i, t: tc.if_then_else(tc.eq(t, y[i]), -h[()] * 0.25, 0.0),
+                   name="P")
+    t = tc.reduce_axis(6, name="t")
+    S = tc.compute((4,), lambda i: tc.sum(P[i, t] * X[i, t], axis=t), name="S")
+    t2, u = tc.reduce_axis(6, name="t2"), tc.reduce_axis(3, name="u")
+    S2 = tc.compute((4,), lambda i: tc.sum(P[i, t2] * X[i, 2 * u], axis=[t2, u]), name="S2")
+    Z = tc.compute((4, 6), lambda i, j: P[i, j] * S[i] + S2[i], name="Z")
+    labels = np.array([5, 0, 7, -1])                  # two labels outside [0, 6)
+    func = check([Z], [y, h, X], [labels, np.float32(3.0), rng.standard_normal((4, 6))
+                                  .astype(np.float32)])
+    assert "P" not in temps([Z], [y, h, X])
+    text = str(func.body)
+    assert "t ==" not in text and "== t" not in text   # no loop over t picks one term
+
+
 def test_relu_read_inside_matmul_stays_a_buffer():
     X = tc.placeholder((3, 4), name="X")
     W = tc.placeholder((4, 5), name="W")
