@@ -146,14 +146,19 @@ def broadcast_view(x: Any) -> bool:
 #: took 28 ms right after NumPy's, 12 ms after a 0.2 s pause, 10 ms alone)
 SETTLE_S = 0.25
 
+#: seconds of untimed calls after each settle pause (at least one call): the first calls
+#: after an idle pause run slowly while the other vCPUs wake (a 2-thread row sum of 64 MiB:
+#: 1.2 ms back to back, 1.4 ms +-89% in 20 ms samples right after a 0.25 s pause)
+WARM_S = 0.03
+
 
 def round_robin(fns: dict[str, Callable[[], Any]], reps: int,
                 sample_s: float, settle_s: float = 0.0) -> dict[str, tuple[float, float]]:
     """Median seconds a call and spread (IQR / median) of each function, timed in rounds
     that call every function in turn, the order rotating each round; ``settle_s`` of sleep
-    before each sample, then one untimed call (the first call after an idle pause pays for
-    waking the other cores, in every framework alike); the consecutive calls of one sample
-    still follow each other."""
+    before each sample, then ``WARM_S`` of untimed calls (the calls after an idle pause pay
+    for waking the other cores, in every framework alike); the consecutive calls of one
+    sample still follow each other."""
     inner = {}
     for name, fn in fns.items():
         fn()
@@ -167,7 +172,11 @@ def round_robin(fns: dict[str, Callable[[], Any]], reps: int,
             fn, k = fns[name], inner[name]
             if settle_s:
                 time.sleep(settle_s)
-                fn()
+                t0 = time.perf_counter()
+                while True:  # untimed calls until the sleeping cores are back at speed
+                    fn()
+                    if time.perf_counter() - t0 >= WARM_S:
+                        break
             t0 = time.perf_counter()
             for _ in range(k):
                 fn()
