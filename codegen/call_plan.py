@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import expr as E
-from .result_pool import POOL_MIN_BYTES, RESULTS
+from .result_pool import PAGE_SLACK, POOL_MIN_BYTES, RESULTS, placement
 
 
 @dataclass(frozen=True)
@@ -105,16 +105,18 @@ def data_address(a: np.ndarray) -> int:
 ALIGN_MIN_BYTES = 256 << 10
 
 
-def empty_result(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def empty_result(shape: tuple[int, ...], dtype: np.dtype, near: int = 0) -> np.ndarray:
     """An uninitialised C-contiguous array for a kernel's result, 64-byte aligned when large
-    (then a view of a slightly larger byte buffer); from :data:`.result_pool.RESULTS`, which
-    recycles the memory of released results, from :data:`.result_pool.POOL_MIN_BYTES` on."""
+    (then a view of a slightly larger byte buffer) and half a page from the address ``near``
+    (the kernel's largest input, :func:`.result_pool.placement`: no 4K aliasing between its
+    loads and the result's stores); from :data:`.result_pool.RESULTS`, which recycles the
+    memory of released results, from :data:`.result_pool.POOL_MIN_BYTES` on."""
     nbytes = dtype.itemsize
     for d in shape:
         nbytes *= d
     if nbytes < ALIGN_MIN_BYTES:
         return np.empty(shape, dtype=dtype)
     if nbytes >= POOL_MIN_BYTES:
-        return RESULTS.empty(shape, dtype, nbytes)
-    raw = np.empty(nbytes + 64, dtype=np.uint8)
-    return np.ndarray(shape, dtype, raw, -data_address(raw) % 64)
+        return RESULTS.empty(shape, dtype, nbytes, near)
+    raw = np.empty(nbytes + PAGE_SLACK, dtype=np.uint8)
+    return np.ndarray(shape, dtype, raw, placement(data_address(raw), near))

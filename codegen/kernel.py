@@ -42,6 +42,7 @@ from ..loopir import Buffer, LoweredFunc
 from ..stmt_functor import eval_int
 from ..tensor import Tensor
 from .call_plan import ADAPT_MIN_BYTES, MAX_PLANS, Plan, data_address, empty_result
+from .result_pool import PAGE_SLACK, placement
 
 
 class _BufArg:
@@ -212,6 +213,7 @@ class Kernel:
         overlap nothing.  None when an array fails a check (the full path then reports or
         copies it)."""
         ptrs, spans = [], []
+        near = size = 0  # the largest input: results are placed away from it
         for a, (dt, strides) in zip(arrays, plan.layout):
             if type(a) is not np.ndarray or a.dtype != dt or a.strides != strides:
                 return None
@@ -219,11 +221,13 @@ class Kernel:
             if p % dt.alignment:
                 return None
             ptrs.append(p)
+            if a.nbytes > size:
+                near, size = p, a.nbytes
             if given is not None:
                 spans.append((p, p + a.nbytes))
         ptrs += plan.hidden
         if given is None:
-            outs = [empty_result(shape, dt) for shape, dt, _ in plan.outputs]
+            outs = [empty_result(shape, dt, near) for shape, dt, _ in plan.outputs]
             ptrs += [data_address(o) for o in outs]
         else:
             if len(given) != len(plan.outputs):
@@ -240,7 +244,7 @@ class Kernel:
                 spans.append((p, end))
                 ptrs.append(p)
         if self._pooled:
-            ptrs += self._temporaries(plan.sizes)
+            ptrs += self._temporaries(plan.sizes, near)
         params = plan.params
         trial = None
         if self._threaded:
@@ -295,14 +299,17 @@ class Kernel:
                 raise ArgumentError(f"kernel {self.name!r}: {bad}; nothing was run")
         if self._bounds is not None:
             self._bounds.check_sizes(sizes, self.name)  # affine accesses the sizes break
-        outs = self._outputs(out, sizes, ins + [x for x in arrays if isinstance(x, np.ndarray)])
+        big = max(ins, key=lambda a: a.nbytes, default=None)
+        near = 0 if big is None else data_address(big)  # results are placed away from it
+        outs = self._outputs(out, sizes, ins + [x for x in arrays if isinstance(x, np.ndarray)],
+                             near)
         ptrs = [a.ctypes.data for a in ins] + [a.ctypes.data for a in self._hidden] + \
             [o.ctypes.data for o in outs]
         record = self._bounds.new_record() if self._bounds is not None else None
         if record is not None:
             ptrs.append(record.ctypes.data)
         if self._pooled:
-            ptrs += self._temporaries(sizes)
+            ptrs += self._temporaries(sizes, near)
         work = 0
         plain = list(params)
         if self._threaded:
@@ -350,11 +357,14 @@ class Kernel:
             self._work[key] = hit
         return hit
 
-    def _temporaries(self, sizes: dict[E.Var, int]) -> list[int]:
+    def _temporaries(self, sizes: dict[E.Var, int], near: int = 0) -> list[int]:
         """Addresses (64-byte aligned) of this thread's memory for the pooled temporaries,
         grown when a call needs more: allocated once per thread, not on every call, so large
         temporaries are not returned to the OS and faulted in again each time.  Concurrent
-        calls run on different threads and so never share a block."""
+        calls run on different threads and so never share a block.  The temporaries start a
+        quarter page from the largest input ``near`` modulo 4 KiB, alternately before and
+        after it, so no loop storing to one loads from the input, a result (half a page off)
+        or the next temporary at a nearby page offset (:mod:`.result_pool` on 4K aliasing)."""
         arrays = getattr(self._pool, "arrays", None)
         if arrays is None:
             arrays = self._pool.arrays = [None] * len(self._pooled)
@@ -364,15 +374,16 @@ class Kernel:
             for d in dims:
                 nbytes *= max(eval_int(d, sizes), 0)
             a = arrays[n]
-            if a is None or a.nbytes < nbytes + 64:
+            if a is None or a.nbytes < nbytes + PAGE_SLACK:
                 try:
-                    a = arrays[n] = np.empty(nbytes + 64, dtype=np.uint8)
+                    a = arrays[n] = np.empty(nbytes + PAGE_SLACK, dtype=np.uint8)
                 except (MemoryError, ValueError):
                     raise ArgumentError(
                         f"kernel {self.name!r}: out of memory for a temporary buffer "
                         f"({nbytes} bytes)") from None
             addr = a.ctypes.data
-            ptrs.append(addr + (-addr) % 64)
+            shift = (1024 if n % 2 else -1024) if near else 0
+            ptrs.append(addr + placement(addr, near + shift))
         return ptrs
 
     def _output_shapes(self, sizes: dict[E.Var, int]) -> list[tuple[int, ...]]:
@@ -390,12 +401,12 @@ class Kernel:
             shapes.append(tuple(shape))
         return shapes
 
-    def _outputs(self, out: Any, sizes: dict[E.Var, int],
-                 ins: list[np.ndarray]) -> list[np.ndarray]:
+    def _outputs(self, out: Any, sizes: dict[E.Var, int], ins: list[np.ndarray],
+                 near: int = 0) -> list[np.ndarray]:
         shapes = self._output_shapes(sizes)
         if out is None:
             try:
-                return [empty_result(s, o.np_dtype) for o, s in zip(self._outs, shapes)]
+                return [empty_result(s, o.np_dtype, near) for o, s in zip(self._outs, shapes)]
             except (MemoryError, ValueError):
                 desc = ", ".join(f"{o.label} {s}" for o, s in zip(self._outs, shapes))
                 raise ArgumentError(

@@ -11,7 +11,7 @@ import pytest
 
 import tecomp as tc
 from tecomp.codegen.call_plan import empty_result
-from tecomp.codegen.result_pool import POOL_MIN_BYTES, RESULTS, ResultPool
+from tecomp.codegen.result_pool import PAGE_SLACK, POOL_MIN_BYTES, RESULTS, ResultPool, placement
 
 ROWS, COLS = 1024, 1024  # float32: 4 MiB, pooled
 
@@ -93,3 +93,40 @@ def test_concurrent_calls_get_distinct_memory(scale):
         t.join()
     assert not bad
     assert RESULTS.held_bytes <= RESULTS.max_bytes
+
+
+def test_placement_is_aligned_and_half_a_page_from_the_input():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        raw = int(rng.integers(1, 1 << 40)) * 16
+        near = int(rng.integers(1, 1 << 40)) * int(rng.choice([1, 4, 16, 64]))
+        off = placement(raw, near)
+        assert 0 <= off < PAGE_SLACK
+        assert (raw + off) % 64 == 0
+        assert 2048 <= (raw + off - near) % 4096 < 2048 + 64
+    assert placement(48, 0) == 16  # no input: the first cache line boundary
+
+
+def _at(offset: int, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 array of ``shape`` starting ``offset`` bytes past a page boundary."""
+    n = int(np.prod(shape)) * 4
+    raw = np.empty(n + 8192, np.uint8)
+    s = -address(raw) % 4096 + offset
+    return raw[s:s + n].view(np.float32).reshape(shape)
+
+
+@pytest.mark.parametrize("rows", [ROWS, 128])  # pooled (4 MiB) and aligned-only (512 KiB)
+def test_results_start_half_a_page_from_the_largest_input(rows):
+    X = tc.placeholder((rows, COLS), name="X")
+    v = tc.placeholder((COLS,), name="v")
+    k = tc.build(tc.compute(X.shape, lambda i, j: X[i, j] + v[j], name="Y"), [v, X])
+    for offset in (16, 64, 2048, 4032):
+        x = _at(offset, (rows, COLS))
+        x[...] = 1.0
+        vv = np.arange(COLS, dtype=np.float32)
+        for _ in range(2):  # the first call takes the full path, the second the planned one
+            y = k(vv, x)
+            assert address(y) % 64 == 0
+            assert 2048 <= (address(y) - address(x)) % 4096 < 2048 + 64, offset
+            np.testing.assert_array_equal(y, np.broadcast_to(1.0 + vv, y.shape))
+            del y
