@@ -14,6 +14,7 @@ from tecomp.host import Host, describe
 from tecomp.loopir import For, Seq
 from tecomp.passes.schedule.cpu import schedule_cpu
 from tecomp.passes.schedule.cpu.gemm import block_caches, block_sizes
+from tecomp.pipeline import lower as pipeline_lower
 
 #: a host with tiny caches, so that small programs are blocked in every dimension
 TINY = Host(vector_bits=256, fma=True, cores=2, l1d=512, l2=1024, l3=8192)
@@ -407,3 +408,95 @@ def test_plain_order_row_prologues_are_packed(monkeypatch):
     func, _ = lower_program(outs, ins)
     assert "h_rows[" in str(schedule_cpu(func).body)
     _matches_the_evaluator(func, outs, ins, sizes, "float32")
+
+
+def _strided_weight_gradient():
+    """The weight gradient of a stride-2 3x3 convolution: ``dW_rows[o, p] = sum_k head[..o..k]
+    * X_pad[..p..k]``, 24 rows, 144 columns ``p = (c, ky, kx)``, 2*16*16 terms ``k = (n, y,
+    x)``, its panel gathered from the (phase-split) image."""
+    X = tc.placeholder((2, 16, 32, 32), name="X")
+    W = tc.placeholder((24, 16, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, stride=2, padding=1)
+    H = tc.placeholder(tuple(Y.shape), name="head")
+    outs, ins = [tc.gradient(Y, [W], head=H)[0]], [X, W, H]
+    func, consts = pipeline_lower(outs, ins, target_name="llvm")  # implicit-GEMM rows
+    assert not consts
+    return outs, ins, func
+
+
+def _panel_loops(func):
+    """``(top, path, store)`` for each store into a packed panel: the top-level parallel loop
+    around it and the loops from there to the store, innermost last."""
+    from tecomp.loopir import Store
+
+    found = []
+
+    def walk(s, path, top):
+        if isinstance(s, For):
+            if top is None and s.kind == "parallel":
+                walk(s.body, [], s)
+            else:
+                walk(s.body, path + [s], top)
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                walk(x, path, top)
+        elif isinstance(s, Store):
+            if top is not None and s.buffer.name.endswith("_panel"):
+                found.append((top, path, s))
+        elif hasattr(s, "body"):
+            walk(s.body, path, top)
+            if getattr(s, "else_body", None) is not None:
+                walk(s.else_body, path, top)
+
+    walk(func.body, [], None)
+    return found
+
+
+def test_panels_gathered_along_the_reduction_are_copied_with_it_innermost():
+    """The strided weight gradient's panel reads ``X_pad_s2[k // 256, p // 9, .., k % 16
+    + ..]``: unit stride along the reduction ``k``, none along the column ``p``, so each column
+    is copied with ``k`` innermost (the loads walk memory; the column's part of the address
+    is loop-invariant) instead of gathering a strip of columns per ``k``."""
+    from tecomp.stmt_functor import walk_expr
+
+    outs, ins, func = _strided_weight_gradient()
+    found = _panel_loops(schedule_cpu(func, host=describe()))
+    assert found
+    for _, path, store in found:  # panel[strip, k - kc, column]
+        inner = path[-1].var
+        assert inner in set(walk_expr(store.indices[1])), str(path[-1])
+        assert inner in set(walk_expr(store.value.indices[-1]))
+
+
+@pytest.mark.parametrize("cores", [2, 4])
+def test_few_rows_many_columns_split_the_columns_across_threads(cores, monkeypatch):
+    """24 rows fit one row block, so splitting them per core would pack the whole panel once
+    per core: the threads take blocks of columns instead (the parallel loop's variable
+    bounds the panel copy), each packing its own; a 512-row dense layer keeps its rows
+    split.  Compiled results match the evaluator on 1 and 2 threads."""
+    from dataclasses import replace
+
+    from tecomp.codegen import kernel as kernel_mod
+    from tecomp.stmt_functor import expr_vars
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    host = replace(describe(), cores=cores)
+    outs, ins, func = _strided_weight_gradient()
+    scheduled = schedule_cpu(func, host=host)
+    found = _panel_loops(scheduled)
+    assert found
+    def copies_own_columns(top, path):
+        return any(top.var in expr_vars(s.lo) | expr_vars(s.hi) for s in path)
+
+    assert all(copies_own_columns(top, path) for top, path, _ in found)
+    dense_outs, dense_ins = _dense(512, 64, 256, "float32", "bias")
+    dense = schedule_cpu(lower_program(dense_outs, dense_ins)[0], host=replace(host, cores=2))
+    found = _panel_loops(dense)
+    assert found and not any(copies_own_columns(top, path) for top, path, _ in found)
+    kernel = _kernel(scheduled)
+    rng = np.random.default_rng(cores)
+    arrays = random_inputs(ins, rng)
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)

@@ -32,6 +32,10 @@ operands; packing a row-major ``x`` as well changed a 512x768 -> 3072 dense laye
 than the noise, and made a 3x3 convolution's forward 8% slower, its weights packed again
 for every image; one core of an AVX-512 host).
 
+Threads take the row blocks (``ic``), unless the rows fit in fewer one-core blocks than
+there are cores: then the column blocks (``jc``) are the parallel loop, outside ``ic``, so
+that no thread packs another's panel (:func:`_split_columns`).
+
 Between slices ``C`` holds the partial sums (nothing else reads it: the match requires
 that neither ``v`` nor ``f`` reads ``C``).  Tails: 1-row tiles for the rows past the whole
 tiles, one element at a time (the same first/last-slice logic) for the columns past them.
@@ -128,6 +132,9 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     if x is None:
         return None
     mc, kc_, nc = clamp_blocks(sizes(host, itemsize, mr, nr, cores, iext), kext, jext, nr)
+    by_columns = _split_columns(loop, host, itemsize, mr, nr, cores, iext, jext, kext, sizes)
+    if by_columns is not None:
+        mc, kc_, nc = by_columns
     trial = set(names)
     ic, kc, jc = (fresh_var(f"{v.name}c", trial) for v in (i, k, j))
     i0, j0 = fresh_var(f"{i.name}0", trial), fresh_var(f"{j.name}0", trial)
@@ -216,9 +223,38 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     packs = [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names, width)]
     if rows_panel is not None:
         packs.append(pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names))
-    slices = For(jc, col.lo, col.hi, For(kc, kloop.lo, kloop.hi, Seq((*packs, tiles)),
-                                          step=kc_), step=nc)
-    body: Stmt = Allocate(panel, slices)
+    ks_loop = For(kc, kloop.lo, kloop.hi, Seq((*packs, tiles)), step=kc_)
+    if by_columns is not None:  # the column blocks are the parallel loop (_split_columns)
+        body: Stmt = Allocate(panel, For(ic, loop.lo, loop.hi, ks_loop, step=mc))
+        if rows_panel is not None:
+            body = Allocate(rows_panel, body)
+        return For(jc, col.lo, col.hi, body, step=nc, kind=loop.kind)
+    body = Allocate(panel, For(jc, col.lo, col.hi, ks_loop, step=nc))
     if rows_panel is not None:
         body = Allocate(rows_panel, body)
     return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)
+
+
+def _split_columns(loop: For, host: Host, itemsize: int, mr: int, nr: int, cores: int,
+                   iext: int | None, jext: int | None, kext: int | None,
+                   sizes) -> tuple[int, int, int] | None:
+    """``(mc, kc, nc)`` when the threads should take blocks of columns instead of rows, else
+    None.  Every row block packs the whole shared operand again, so shrinking the row blocks
+    until each core has one multiplies that packing by the cores when one block would hold
+    all the rows: a stride-2 convolution's weight gradient (128 x 576, 2048 terms, its panel
+    gathered from the image) ran no faster on two threads than on one.  When the rows fit
+    in fewer blocks than there are cores and the columns make at least one strip per core,
+    the column blocks (the one-core row blocking, ``nc`` cut into a multiple of the cores)
+    are the parallel loop: each thread packs only its own columns' panels.  Legal as the row
+    split: distinct column blocks write distinct elements of ``C``."""
+    if loop.kind != "parallel" or cores <= 1 or iext is None or jext is None:
+        return None
+    mc, kc, nc = clamp_blocks(sizes(host, itemsize, mr, nr, 1, iext), kext, jext, nr)
+    if _cdiv(iext, mc) >= cores or jext < cores * nr:
+        return None
+    blocks = _cdiv(_cdiv(jext, nc), cores) * cores
+    return mc, kc, _cdiv(_cdiv(jext, blocks), nr) * nr
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
