@@ -1,4 +1,4 @@
-"""A/B of five steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of eight steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -6,9 +6,15 @@
 * ``vector_sums``: vector partial sums across short reduction nests
   (:mod:`tecomp.passes.schedule.cpu.vector_sums`);
 * ``k_unroll``: four reduction steps a trip of the register tile's loop
-  (``microkernel.K_UNROLL``; off: one).
+  (``microkernel.K_UNROLL``; off: one);
+* ``rows_once``: a packed row operand copied once per slice, before the column blocks
+  (``microkernel.ROWS_BEFORE_COLUMNS``; off: once per column block);
+* ``column_split``: column blocks across threads when the rows fit in fewer blocks than
+  cores (``gemm_dot._split_columns``; only with ``--threads`` above 1);
+* ``k_inner``: panels gathered through divisions copied with the reduction innermost
+  (``microkernel._divided``).
 
-    python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1]
+    python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
 Each program is built once per variant (in-process kernel cache cleared, persistent cache
 off), checked against the full build, and all builds are timed round-robin in one process
@@ -55,6 +61,9 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "image_rows": patch([(microkernel, "_row_width", lambda *a, **k: None)]),
         "vector_sums": patch([(vector_sums, "vector_sums", lambda f, h, **k: f)]),
         "k_unroll": patch([(microkernel, "K_UNROLL", 1)]),
+        "rows_once": patch([(microkernel, "ROWS_BEFORE_COLUMNS", False)]),
+        "column_split": patch([(gemm_dot, "_split_columns", lambda *a, **k: None)]),
+        "k_inner": patch([(microkernel, "_divided", lambda *a, **k: False)]),
     }
 
 
@@ -72,11 +81,12 @@ def programs():
     for name, spec, steps in (
             ("conv3x3 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 1), ("image_rows", "vector_sums")),
             ("conv3x3/2 8x64x32x32->128", (8, 64, 128, 32, 3, 2, 1),
-             ("phases", "rows", "vector_sums")),
-            ("conv1x1 8x256x16x16->64", (8, 256, 64, 16, 1, 1, 0), ("image_rows",)),
+             ("phases", "rows", "vector_sums", "column_split", "k_inner")),
+            ("conv1x1 8x256x16x16->64", (8, 256, 64, 16, 1, 1, 0),
+             ("image_rows", "column_split")),
             ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums",)),
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
-             ("rows", "vector_sums"))):
+             ("rows", "vector_sums", "rows_once"))):
         Y, grads, fins, gins = _conv(*spec)
         yield f"{name} fwd", [Y], fins, steps + ("k_unroll",)
         yield f"{name} grad", grads, gins, steps + ("k_unroll",)
@@ -88,13 +98,13 @@ def programs():
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
-        [x, W1, b1, W2, b2, y], ("rows", "k_unroll")
+        [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split")
     A, B = tc.placeholder((1024, 1024), name="A"), tc.placeholder((1024, 1024), name="B")
     k = tc.reduce_axis(1024, name="k")
     C = tc.compute((1024, 1024), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
     HC = tc.placeholder((1024, 1024), name="HC")
     yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
-        ("rows", "k_unroll")
+        ("rows", "k_unroll", "rows_once")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:
@@ -112,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", default="", help="comma-separated steps: programs measured "
+                    "against one of them, and only those variants")
     args = ap.parse_args(argv)
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
@@ -121,6 +133,12 @@ def main(argv: list[str] | None = None) -> None:
     switches = _off()
     rng = np.random.default_rng(0)
     for name, outs, ins, steps in programs():
+        if args.threads == 1:  # the column split is never taken on one core
+            steps = tuple(s for s in steps if s != "column_split")
+        if args.only:
+            steps = tuple(s for s in steps if s in args.only.split(","))
+            if not steps:
+                continue
         arrays = _arrays(ins, rng)
         fns: dict[str, Any] = {}
         want = None

@@ -11,7 +11,7 @@ from loop_interp import random_inputs, run
 
 import tecomp as tc
 from tecomp.host import Host, describe
-from tecomp.loopir import For, Seq
+from tecomp.loopir import For, IfThenElse, Seq
 from tecomp.passes.schedule.cpu import schedule_cpu
 from tecomp.passes.schedule.cpu.gemm import block_caches, block_sizes
 from tecomp.pipeline import lower as pipeline_lower
@@ -443,10 +443,12 @@ def _panel_loops(func):
         elif isinstance(s, Store):
             if top is not None and s.buffer.name.endswith("_panel"):
                 found.append((top, path, s))
+        elif isinstance(s, IfThenElse):
+            walk(s.then, path, top)
+            if s.else_ is not None:
+                walk(s.else_, path, top)
         elif hasattr(s, "body"):
             walk(s.body, path, top)
-            if getattr(s, "else_body", None) is not None:
-                walk(s.else_body, path, top)
 
     walk(func.body, [], None)
     return found
@@ -500,3 +502,74 @@ def test_few_rows_many_columns_split_the_columns_across_threads(cores, monkeypat
     for threads in (1, 2):
         kernel.threads = threads
         np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)
+
+
+def _copy_context(func, suffix):
+    """For each copy into a buffer named ``...suffix``: the loops around the copy nest (from
+    the function's top, the copy's own loops left out)."""
+    from tecomp.loopir import Store
+    from tecomp.stmt_functor import walk_stmt
+
+    def pure(loop):
+        stores = [x for x in walk_stmt(loop.body) if isinstance(x, Store)]
+        return stores and all(x.buffer.name.endswith(suffix) for x in stores)
+
+    found = []
+
+    def walk(s, path):
+        if isinstance(s, For):
+            walk(s.body, path + [s])
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                walk(x, path)
+        elif isinstance(s, Store):
+            if s.buffer.name.endswith(suffix):
+                keep = list(path)
+                while keep and pure(keep[-1]):
+                    keep.pop()
+                found.append(keep)
+        elif isinstance(s, IfThenElse):
+            walk(s.then, path)
+            if s.else_ is not None:
+                walk(s.else_, path)
+        elif hasattr(s, "body"):
+            walk(s.body, path)
+
+    walk(func.body, [])
+    return found
+
+
+@pytest.mark.parametrize("form", ["i, k, j", "plain"])
+def test_packed_rows_are_copied_once_per_slice_for_all_column_blocks(form, monkeypatch):
+    """With several column blocks (784 columns), a packed row operand is copied outside the
+    column-block loop: every loop around the rows' copy also encloses the panel's copy, which
+    sits inside one more (the column blocks).  Results match the evaluator."""
+    from dataclasses import replace
+
+    from tecomp.codegen import kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    m, k, n = 64, 300, 784
+    r = tc.reduce_axis(k, name="r")
+    if form == "i, k, j":  # a ReLU layer's weight gradient: a select packed as the rows
+        h = tc.placeholder((k, m), name="h")
+        g = tc.placeholder((k, m), name="g")
+        x = tc.placeholder((k, n), name="x")
+        out = tc.compute((m, n), lambda i, j: tc.sum(
+            tc.if_then_else(h[r, i] >= 0.0, g[r, i], 0.0) * x[r, j], axis=r), name="dW")
+        ins = [h, g, x]
+    else:  # xT[r, i] * W[j, r]: the row operand strided along the reduction
+        xT = tc.placeholder((k, m), name="xT")
+        W = tc.placeholder((n, k), name="W")
+        out = tc.compute((m, n), lambda i, j: tc.sum(xT[r, i] * W[j, r], axis=r), name="h")
+        ins = [xT, W]
+    func, _ = lower_program([out], ins)
+    one_core = replace(describe(), cores=1)  # rows in one block (more cores: columns split)
+    scheduled = schedule_cpu(func, host=one_core)
+    rows, panels = _copy_context(scheduled, "_rows"), _copy_context(scheduled, "_panel")
+    assert rows and panels
+    for row_ctx in rows:
+        for panel_ctx in panels:
+            assert len(panel_ctx) > len(row_ctx)
+            assert all(a is b for a, b in zip(row_ctx, panel_ctx))
+    _matches_the_evaluator(func, [out], ins, (m, k, n), "float32")

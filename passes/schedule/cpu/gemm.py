@@ -36,7 +36,9 @@ micro-kernel of :mod:`.microkernel` instead (blocks from :func:`micro_block_size
 order and ``mr x nr`` tiles of ``C`` accumulate in vector registers over the slice; this
 also applies when ``B`` fits in L2 (the panel then removes the strided reads of a
 transposed operand), and plain-order reductions (``x @ W.T``) take the same path with their
-epilogue (:mod:`.gemm_dot`).  Otherwise (integers, or a tile the backend cannot emit as
+epilogue (:mod:`.gemm_dot`).  When the row operand is packed as well, the ``kc`` loop runs
+outside the ``jc`` loop, so that each slice of rows is copied once for all column blocks.
+Otherwise (integers, or a tile the backend cannot emit as
 vectors) the register tile is the ``R x (vector)`` one of :func:`.tile.block_rows`: LLVM
 keeps the ``R`` rows' partial sums of one vector of ``j`` in registers over ``U`` steps of
 ``k`` and broadcasts ``A[i + r, k + u]``.
@@ -66,6 +68,7 @@ from tecomp.stmt_functor import (
     walk_expr,
 )
 
+from . import microkernel
 from .gemm_dot import dot_blocked
 from .microkernel import (
     clamp_blocks,
@@ -269,11 +272,17 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
     names |= trial
     packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize))
              for x, buf in panels]
-    if rows is not None:
-        packs.append(pack_rows(rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi,
-                               mr, names))
-    slices = For(jc, inner.lo, inner.hi,
-                 For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
+    if rows is None or not microkernel.ROWS_BEFORE_COLUMNS:
+        if rows is not None:
+            packs.append(pack_rows(rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc,
+                                   khi, mr, names))
+        slices = For(jc, inner.lo, inner.hi,
+                     For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
+    else:  # the rows' copy depends on the slice only: made once for all column blocks
+        row_pack = pack_rows(rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi,
+                             mr, names)
+        slices = For(kc, kloop.lo, kloop.hi, seq([row_pack, For(
+            jc, inner.lo, inner.hi, seq(packs + [tiles]), step=nc)]), step=kc_)
     body: Stmt = Seq((For(i, ic, ihi, init), slices))
     for _, buf in panels:  # one panel per row block: per thread when the row loop is parallel
         body = Allocate(buf, body)

@@ -30,7 +30,8 @@ cache lines) the whole tiles' rows are packed per slice as well, ``x_rows[(i - i
 - kc, (i - ic) % mr]``, the ``mr`` broadcasts of a step then one cache line (BLIS packs both
 operands; packing a row-major ``x`` as well changed a 512x768 -> 3072 dense layer by less
 than the noise, and made a 3x3 convolution's forward 8% slower, its weights packed again
-for every image; one core of an AVX-512 host).
+for every image; one core of an AVX-512 host).  The slice loop then runs outside the column
+blocks, so that each slice of the rows is copied once for all of them, not once per block.
 
 Threads take the row blocks (``ic``), unless the rows fit in fewer one-core blocks than
 there are cores: then the column blocks (``jc``) are the parallel loop, outside ``ic``, so
@@ -59,6 +60,7 @@ from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, Stmt, Store
 from tecomp.stmt_functor import expr_vars, replace_expr, subst, subst_expr, walk_expr
 
+from . import microkernel
 from .dot import match_dot
 from .flat_loops import linear_nest
 from .microkernel import (
@@ -229,6 +231,11 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         if rows_panel is not None:
             body = Allocate(rows_panel, body)
         return For(jc, col.lo, col.hi, body, step=nc, kind=loop.kind)
+    if rows_panel is not None and microkernel.ROWS_BEFORE_COLUMNS:
+        # the rows' copy, made once per slice for all column blocks
+        body = Allocate(panel, For(kc, kloop.lo, kloop.hi, Seq((packs[1], For(
+            jc, col.lo, col.hi, Seq((packs[0], tiles)), step=nc))), step=kc_))
+        return For(ic, loop.lo, loop.hi, Allocate(rows_panel, body), step=mc, kind=loop.kind)
     body = Allocate(panel, For(jc, col.lo, col.hi, ks_loop, step=nc))
     if rows_panel is not None:
         body = Allocate(rows_panel, body)
