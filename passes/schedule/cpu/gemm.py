@@ -272,17 +272,16 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
     names |= trial
     packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize))
              for x, buf in panels]
-    if rows is None or not microkernel.ROWS_BEFORE_COLUMNS:
-        if rows is not None:
-            packs.append(pack_rows(rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc,
-                                   khi, mr, names))
-        slices = For(jc, inner.lo, inner.hi,
-                     For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
-    else:  # the rows' copy depends on the slice only: made once for all column blocks
-        row_pack = pack_rows(rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi,
-                             mr, names)
+    row_pack = None if rows is None else pack_rows(
+        rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi, mr, names)
+    if row_pack is not None and microkernel.ROWS_BEFORE_COLUMNS:
+        # the rows' copy depends on the slice only: made once for all column blocks
         slices = For(kc, kloop.lo, kloop.hi, seq([row_pack, For(
             jc, inner.lo, inner.hi, seq(packs + [tiles]), step=nc)]), step=kc_)
+    else:
+        packs += [] if row_pack is None else [row_pack]
+        slices = For(jc, inner.lo, inner.hi,
+                     For(kc, kloop.lo, kloop.hi, seq(packs + [tiles]), step=kc_), step=nc)
     body: Stmt = Seq((For(i, ic, ihi, init), slices))
     for _, buf in panels:  # one panel per row block: per thread when the row loop is parallel
         body = Allocate(buf, body)
