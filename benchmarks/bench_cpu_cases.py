@@ -106,24 +106,27 @@ def dense(batch: int, nin: int, nout: int, quick: bool = False) -> Case:
 
 
 def conv(n: int, c: int, k: int, hw: int, r: int, stride: int, pad: int,
-         depthwise: bool = False, quick: bool = False, suite: str = "default") -> Case:
+         depthwise: bool = False, quick: bool = False, suite: str = "default",
+         dilation: int = 1) -> Case:
     groups = c if depthwise else 1
     wshape = (c, 1, r, r) if depthwise else (k, c, r, r)
-    oh = (hw + 2 * pad - r) // stride + 1
+    oh = (hw + 2 * pad - dilation * (r - 1) - 1) // stride + 1
 
     def tcf(X, W):
-        return tc.ops.conv2d(X, W, stride=stride, padding=pad, groups=groups)
+        return tc.ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation,
+                             groups=groups)
 
     def torchf(x, w):
-        return _F().conv2d(x, w, stride=stride, padding=pad, groups=groups)
+        return _F().conv2d(x, w, stride=stride, padding=pad, dilation=dilation, groups=groups)
 
     def jaxf(x, w):
         return _jax().lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad)] * 2,
+                                               rhs_dilation=(dilation, dilation),
                                                feature_group_count=groups)
 
     kind = "depthwise" if depthwise else f"conv{r}x{r}"
-    name = f"{kind}{'/2' if stride == 2 else ''} {n}x{c}x{hw}x{hw}" + \
-        ("" if depthwise else f"->{k}")
+    step = ("/2" if stride == 2 else "") + (f" d{dilation}" if dilation > 1 else "")
+    name = f"{kind}{step} {n}x{c}x{hw}x{hw}" + ("" if depthwise else f"->{k}")
     flops = 2 * n * (c if depthwise else k) * (1 if depthwise else c) * r * r * oh * oh
     return Case(name, [Input("X", (n, c, hw, hw)), Input("W", wshape)], tcf, torchf, jaxf,
                 flops=flops, suite=suite, quick=quick)
@@ -335,6 +338,8 @@ def all_cases() -> list[Case]:
                matmul(64, suite="latency"), softmax(256), max_pool(), small_take()]
     return [
         conv(8, 64, 64, 32, 3, 1, 1, quick=True), conv(8, 64, 128, 32, 3, 2, 1),
+        conv(8, 128, 256, 16, 3, 2, 1), conv(8, 256, 128, 16, 1, 2, 0),
+        conv(8, 64, 64, 32, 3, 1, 2, dilation=2),
         conv(8, 256, 64, 16, 1, 1, 0), conv(8, 256, 256, 8, 3, 1, 1),
         conv(8, 128, 128, 32, 3, 1, 1, depthwise=True), conv_transpose(8, 64, 32, 16),
         attention(4, 256, 64, quick=True), attention(8, 1024, 64),

@@ -118,7 +118,7 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: i
     # next to the flattened spatial axes
     axes = tuple(phases) + tuple(lead) + tuple(quots)
     verdict = _windows(raxes, {ax.var: (0, const_int(ax.extent)) for ax in axes})
-    if verdict is None:
+    if verdict is None or verdict[2]:
         return None
     if verdict[0]:  # one width in every phase: one stage over the phase axes
         total = make_reduce("sum", summand, raxes, None, body.dtype)
@@ -133,13 +133,14 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: i
 
 
 def _windows(raxes: tuple[E.IterVar, ...],
-             ranges: dict[E.Var, tuple[int, int]]) -> tuple[bool, int] | None:
-    """``(same, terms)``: ``same`` when every window the split moves has one constant width
-    over ``ranges`` (False when some width differs between phases: a 3-wide kernel at stride
-    2 has phases of 2 and 1 rows), ``terms`` the number of terms of the sum then (0 when
-    unknown); None when some window has another form, or is not narrow against its constant
-    bounds (a dilated kernel's, which the bounds clip)."""
-    same, terms = True, 1
+             ranges: dict[E.Var, tuple[int, int]]) -> tuple[bool, int, bool] | None:
+    """``(same, terms, empty)``: ``same`` when every window the split moves has one constant
+    width over ``ranges`` (False when some width differs between phases: a 3-wide kernel at
+    stride 2 has phases of 2 and 1 rows), ``terms`` the number of terms of the sum then (0
+    when unknown), ``empty`` when some window has width 0 (the odd phases of a 1x1 kernel at
+    stride 2, which no term reaches); None when some window has another form, or is not
+    narrow against its constant bounds (a dilated kernel's, which the bounds clip)."""
+    same, terms, empty = True, 1, False
     for ax in raxes:
         if not free_vars(ax.lo) | free_vars(ax.extent):
             terms *= const_int(ax.extent) or 0
@@ -154,11 +155,13 @@ def _windows(raxes: tuple[E.IterVar, ...],
         width = constant_width(moving[0][0], moving[1][0], set(ranges), ranges)
         if width is None:
             same, terms = False, 0
-        elif width <= 0 or 2 * width > fixed[1][0] - fixed[0][0]:
+        elif width == 0:
+            empty, terms = True, 0
+        elif width < 0 or 2 * width > fixed[1][0] - fixed[0][0]:
             return None
         else:
             terms *= width
-    return same, terms
+    return same, terms, empty
 
 
 def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
@@ -167,9 +170,11 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
                      norm: _Normalise, max_phases: int, min_terms: int):
     """Windows whose widths differ between phases: a stage of its own for each phase
     (``Y_p01[b, f, yq, xq]`` for ``y = 2*yq, x = 2*xq + 1``), each window then of one width,
-    and ``Y`` selects among them by ``y % 2, x % 2``; None unless each phase's sum has at
-    least ``min_terms`` terms (fewer channels than that: the residue split's loops over the
-    image rows are the longer)."""
+    and ``Y`` selects among them by ``y % 2, x % 2``; a phase whose window is empty (no term
+    reaches it: the odd positions of a 1x1 stride-2 convolution's input gradient) is 0,
+    with no stage.  None unless each other phase's sum has at least ``min_terms`` terms
+    (fewer channels than that: the residue split's loops over the image rows are the
+    longer), or when every phase is empty."""
     combos: list[tuple[int, ...]] = [()]
     for v in split:
         combos = [c + (r,) for c in combos for r in range(found[v])]
@@ -177,13 +182,18 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
         return None
     axes = tuple(lead) + tuple(quots)
     ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
-    stages: dict[tuple[int, ...], Tensor] = {}
+    stages: dict[tuple[int, ...], Tensor | None] = {}
     for combo in combos:
         fix = {ph.var: E.Const(r, ph.var.dtype) for ph, r in zip(phases, combo)}
         rax = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, fix)),
                               norm.visit(substitute(ax.extent, fix)), ax.kind) for ax in raxes)
         verdict = _windows(rax, ranges)
-        if verdict is None or not verdict[0] or verdict[1] < min_terms:
+        if verdict is None or not verdict[0]:
+            return None
+        if verdict[2]:  # no term in this phase: it reads 0
+            stages[combo] = None
+            continue
+        if verdict[1] < min_terms:
             return None
         total = make_reduce("sum", norm.visit(substitute(summand, fix)), rax, None, t.dtype)
         tag = "".join(map(str, combo))
@@ -192,9 +202,16 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
     tail = tuple(ax.var for ax in lead)
     tail += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
 
+    if all(st is None for st in stages.values()):
+        return None
+
     def choose(depth: int, prefix: tuple[int, ...]) -> E.Expr:
         if depth == len(split):
-            return E.TensorRead(stages[prefix], tail, t.dtype)
+            stage = stages[prefix]
+            if stage is None:
+                return E.Const(0, t.dtype) if t.dtype.startswith(("int", "uint")) \
+                    else E.Const(0.0, t.dtype)
+            return E.TensorRead(stage, tail, t.dtype)
         v, s = split[depth], found[split[depth]]
         out = choose(depth + 1, prefix + (s - 1,))
         for r in range(s - 2, -1, -1):
@@ -202,7 +219,7 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
             out = E.select(cond, choose(depth + 1, prefix + (r,)), out)
         return out
 
-    return list(stages.values()), choose(0, ())
+    return [st for st in stages.values() if st is not None], choose(0, ())
 
 
 class _Normalise(ExprMutator):
