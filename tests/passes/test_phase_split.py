@@ -87,6 +87,17 @@ def test_phases_of_different_widths_get_a_stage_each():
     assert "(local)" in scheduled and "lanes for" in scheduled  # the register tiles
 
 
+def _matches_the_evaluator(dX, ins, rng):
+    """``dX``'s CPU loop IR in the interpreter, and its compiled kernel, against the
+    evaluator on random inputs."""
+    arrays = _arrays(ins, rng)
+    want = tc.evaluate([dX], dict(zip(ins, arrays)))[0]
+    func, consts = pipeline.lower([dX], ins, target_name="llvm")
+    np.testing.assert_allclose(run(func, arrays, constants=consts)[0], want, rtol=1e-5,
+                               atol=1e-4)
+    np.testing.assert_allclose(tc.build(dX, ins)(*arrays), want, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("c,f,hw,r,stride,pad", [(3, 32, 16, 3, 2, 1), (2, 16, 12, 3, 2, 0),
                                                  (3, 20, 15, 5, 3, 2), (2, 17, 20, 5, 2, 2)])
 def test_stage_per_phase_matches_the_evaluator(c, f, hw, r, stride, pad):
@@ -95,12 +106,7 @@ def test_stage_per_phase_matches_the_evaluator(c, f, hw, r, stride, pad):
     ins = [X, W, H]
     text = _cpu_text(dX, ins)
     assert "X_grad_p0" in text  # the split applies (widths 2 and 1, or 2 and 3 for r = 5)
-    arrays = _arrays(ins, rng)
-    want = tc.evaluate([dX], dict(zip(ins, arrays)))[0]
-    func, consts = pipeline.lower([dX], ins, target_name="llvm")
-    np.testing.assert_allclose(run(func, arrays, constants=consts)[0], want, rtol=1e-5,
-                               atol=1e-4)
-    np.testing.assert_allclose(tc.build(dX, ins)(*arrays), want, rtol=1e-5, atol=1e-4)
+    _matches_the_evaluator(dX, ins, rng)
 
 
 @pytest.mark.parametrize("stride", [2, 3])
@@ -117,9 +123,4 @@ def test_phases_no_term_reaches_read_zero(stride):
     assert "X_grad_p00[" in text and "0.0)" in text
     tags = {f"{a}{b}" for a in range(stride) for b in range(stride)} - {"00"}
     assert not any(f"X_grad_p{t}" in text for t in tags)
-    arrays = _arrays(ins, rng)
-    want = tc.evaluate([dX], dict(zip(ins, arrays)))[0]
-    func, consts = pipeline.lower([dX], ins, target_name="llvm")
-    np.testing.assert_allclose(run(func, arrays, constants=consts)[0], want, rtol=1e-5,
-                               atol=1e-4)
-    np.testing.assert_allclose(tc.build(dX, ins)(*arrays), want, rtol=1e-5, atol=1e-4)
+    _matches_the_evaluator(dX, ins, rng)
