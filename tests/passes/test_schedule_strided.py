@@ -281,3 +281,22 @@ def test_later_window_bounds_lose_the_output_axis_after_the_shift():
         for i1 in range(3):
             by_hand[(i1 + i0) // 2] += x2[(i0 + 2) % 3]
     np.testing.assert_allclose(want, by_hand, rtol=1e-12)
+
+
+def test_one_by_one_strided_weight_gradients_take_register_tiles():
+    """``W_grad[o, c, 0, 0] = sum H[n, o, y, x] * X[n, c, 2*y, 2*x]``: its last data axis has
+    one iteration, so the "i, k, j" order (which accumulated straight into ``W_grad`` over a
+    one-iteration ``j``) is not taken; the plain-order sum then gets the contraction's
+    register tiles, as a 1x1 convolution's weight gradient at stride 1 does."""
+    X, W, Y = _conv(kind="conv2d", n=4, c=40, k=24, hw=15, r=1, stride=2)  # rows of 8
+    H = tc.placeholder(Y.shape, name="H")
+    gW = tc.gradient(Y, [W], head=H)[0]
+    func = lower([gW], [X, H])
+    scheduled = schedule_cpu(func, host=describe())
+    tiles = [s.buffer for s in walk_stmt(scheduled.body) if isinstance(s, Allocate)
+             and s.buffer.scope == "local" and len(s.buffer.shape) == 2]
+    assert tiles, str(scheduled)
+    rng = np.random.default_rng(3)
+    arrays = random_inputs([X, H], rng)
+    want = tc.evaluate([gW], dict(zip([X, H], arrays)))[0]
+    np.testing.assert_allclose(run(scheduled, arrays)[0], want, rtol=1e-4, atol=1e-4)
