@@ -300,3 +300,20 @@ def test_one_by_one_strided_weight_gradients_take_register_tiles():
     arrays = random_inputs([X, H], rng)
     want = tc.evaluate([gW], dict(zip([X, H], arrays)))[0]
     np.testing.assert_allclose(run(scheduled, arrays)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_dilated_implicit_gemm_columns_are_packed_without_a_polyphase_copy():
+    """A stride-1 dilated convolution flattened in place reads ``X_pad[b, c, p // 20 + 2*ry,
+    p % 20 + 2*rx]``: strided along ``rx`` but unit-stride along the columns ``p``, which the
+    register tiles pack by image rows; a polyphase copy would make that packing a gather."""
+    from tecomp.lowering_api import lower as lower_for
+
+    X, W, Y = _conv(kind="conv2d", n=2, c=16, k=24, hw=20, padding=2, dilation=2)
+    func = lower_for([Y], [X, W], target="llvm").func
+    copies = [s.buffer.name for s in walk_stmt(func.body) if isinstance(s, Allocate)]
+    assert any(name.endswith("_panel") for name in copies), copies
+    assert not any("_s2" in name for name in copies), copies
+    rng = np.random.default_rng(4)
+    arrays = random_inputs([X, W], rng)
+    want = tc.evaluate([Y], dict(zip([X, W], arrays)))[0]
+    np.testing.assert_allclose(tc.build(Y, [X, W])(*arrays), want, rtol=1e-4, atol=1e-4)
