@@ -22,14 +22,18 @@ with every floor division and modulo by the stride in the body normalised (``(2*
 
 When it applies: the stage is a ``sum`` without ``where`` whose data axes have constant
 extents; the bounds of some reduction axis hold floor divisions by a constant ``s >= 2`` of
-expressions in trailing data axes, each of whose extents ``s`` divides, and in every phase
-each such window has a constant width at most half as wide as its constant bounds (a
-window sliding across the image, not a dilated kernel's, which the bounds clip).  When that
-width is the same in every phase (a 4-wide kernel at stride 2: two rows in each phase), one
-stage holds all phases, the phase axes outermost (the output channel stays next to the
-spatial axes, as the row of the register tiles).  When it differs (a 3-wide kernel at
-stride 2: phases of two rows and of one), each phase is a stage of its own, ``Y_p01[b, f,
-yq, xq]`` for ``ry = 0, rx = 1``, and ``Y`` reads the one of its phase::
+expressions in trailing data axes, and in every phase each such window has a constant
+width.  When ``s`` divides every split extent and that width is the same in every phase,
+at most half as wide as its constant bounds (a 4-wide kernel at stride 2: two rows in each
+phase), one stage holds all phases, the phase axes outermost (the output channel stays
+next to the spatial axes, as the row of the register tiles).  Otherwise (a 3-wide kernel
+at stride 2: phases of two rows and of one; or an odd image, whose phases hold
+``ceil((D - r) / s)`` positions) each phase is a stage of its own, ``Y_p01[b, f, yq, xq]``
+for ``ry = 0, rx = 1``, and ``Y`` reads the one of its phase.  A phase's window may then be
+wider than half its constant bounds: a phase of the input gradient of a stride-2,
+dilation-2 convolution is a dense stride-1 convolution whose kernel the image edges clip,
+and it counts the terms of those bounds.  A phase with no term (the odd phases of a 1x1
+kernel at stride 2) or no position reads 0 and has no stage::
 
     Y[b, f, y, x] = select(y % 2 == 0, select(x % 2 == 0, Y_p00[..], Y_p01[..]), ..)
 
@@ -95,8 +99,9 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: i
     first = pos[split[0]]
     if [pos[v] for v in split] != list(range(first, len(t.op.axes))):
         return None  # only trailing spatial axes
-    if any(dext[pos[v]] % found[v] or dext[pos[v]] // found[v] >= max_inner for v in split):
+    if any(-(-dext[pos[v]] // found[v]) >= max_inner for v in split):
         return None
+    even = all(dext[pos[v]] % found[v] == 0 for v in split)
     names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
     phases, quots, at = [], [], {}
     for v in split:
@@ -117,10 +122,10 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: i
     # the phases outermost: the row the register tiles run over (an output channel) stays
     # next to the flattened spatial axes
     axes = tuple(phases) + tuple(lead) + tuple(quots)
-    verdict = _windows(raxes, {ax.var: (0, const_int(ax.extent)) for ax in axes})
-    if verdict is None or verdict[2]:
-        return None
-    if verdict[0]:  # one width in every phase: one stage over the phase axes
+    verdict = _windows(raxes, {ax.var: (0, const_int(ax.extent)) for ax in axes}) \
+        if even else None
+    if verdict is not None and verdict[0] and not verdict[2]:
+        # one width in every phase: one stage over the phase axes
         total = make_reduce("sum", summand, raxes, None, body.dtype)
         stage = Tensor(f"{t.name}_phases", tuple(ax.extent for ax in axes), t.dtype,
                        ComputeOp(axes, total))
@@ -129,21 +134,27 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_phases: int, min_terms: i
         index += tuple(E.floordiv(v, E.Const(found[v], v.dtype)) for v in split)
         return [stage], E.TensorRead(stage, index, t.dtype)
     return _stage_per_phase(t, split, found, phases, lead, quots, raxes, summand, norm,
-                            max_phases, min_terms)
+                            max_phases, min_terms, [dext[pos[v]] for v in split])
 
 
-def _windows(raxes: tuple[E.IterVar, ...],
-             ranges: dict[E.Var, tuple[int, int]]) -> tuple[bool, int, bool] | None:
+def _windows(raxes: tuple[E.IterVar, ...], ranges: dict[E.Var, tuple[int, int]],
+             clipped: bool = False) -> tuple[bool, int, bool] | None:
     """``(same, terms, empty)``: ``same`` when every window the split moves has one constant
     width over ``ranges`` (False when some width differs between phases: a 3-wide kernel at
     stride 2 has phases of 2 and 1 rows), ``terms`` the number of terms of the sum then (0
     when unknown), ``empty`` when some window has width 0 (the odd phases of a 1x1 kernel at
     stride 2, which no term reaches); None when some window has another form, or is not
-    narrow against its constant bounds (a dilated kernel's, which the bounds clip)."""
+    narrow against its constant bounds (a dilated kernel's, which the bounds clip) unless
+    ``clipped``: then such a window counts its constant bounds' terms (a phase of a stride-2
+    dilation-2 input gradient is a stride-1 convolution whose kernel the image edges clip).
+    An axis of constant extent 0 (a guard the phase decided: no term reaches it) is empty."""
     same, terms, empty = True, 1, False
     for ax in raxes:
         if not free_vars(ax.lo) | free_vars(ax.extent):
-            terms *= const_int(ax.extent) or 0
+            n = const_int(ax.extent)
+            if n is not None and n <= 0:
+                empty = True
+            terms *= n or 0
             continue
         los, his = lower_terms(ax.lo), upper_terms(upper(ax.lo, ax.extent))
         moving = ([x for x in los if free_vars(x)], [x for x in his if free_vars(x)])
@@ -157,8 +168,12 @@ def _windows(raxes: tuple[E.IterVar, ...],
             same, terms = False, 0
         elif width == 0:
             empty, terms = True, 0
-        elif width < 0 or 2 * width > fixed[1][0] - fixed[0][0]:
+        elif width < 0:
             return None
+        elif 2 * width > fixed[1][0] - fixed[0][0]:
+            if not clipped:
+                return None
+            terms *= max(0, fixed[1][0] - fixed[0][0])
         else:
             terms *= width
     return same, terms, empty
@@ -167,7 +182,8 @@ def _windows(raxes: tuple[E.IterVar, ...],
 def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
                      phases: list[E.IterVar], lead: tuple[E.IterVar, ...],
                      quots: list[E.IterVar], raxes: tuple[E.IterVar, ...], summand: E.Expr,
-                     norm: _Normalise, max_phases: int, min_terms: int):
+                     norm: _Normalise, max_phases: int, min_terms: int,
+                     extents: list[int]):
     """Windows whose widths differ between phases: a stage of its own for each phase
     (``Y_p01[b, f, yq, xq]`` for ``y = 2*yq, x = 2*xq + 1``), each window then of one width,
     and ``Y`` selects among them by ``y % 2, x % 2``; a phase whose window is empty (no term
@@ -180,14 +196,21 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
         combos = [c + (r,) for c in combos for r in range(found[v])]
     if len(combos) > max_phases:
         return None
-    axes = tuple(lead) + tuple(quots)
-    ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
     stages: dict[tuple[int, ...], Tensor | None] = {}
     for combo in combos:
+        # phase r of an axis of extent D holds ceil((D - r) / s) positions
+        qaxes = tuple(E.IterVar(q.var, q.lo, E.Const(-(-(n - r) // found[v]), q.var.dtype),
+                                q.kind)
+                      for q, v, n, r in zip(quots, split, extents, combo))
+        axes = tuple(lead) + qaxes
+        ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
         fix = {ph.var: E.Const(r, ph.var.dtype) for ph, r in zip(phases, combo)}
         rax = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, fix)),
                               norm.visit(substitute(ax.extent, fix)), ax.kind) for ax in raxes)
-        verdict = _windows(rax, ranges)
+        if any(const_int(q.extent) <= 0 for q in qaxes):  # a phase no position falls in
+            stages[combo] = None
+            continue
+        verdict = _windows(rax, ranges, clipped=True)
         if verdict is None or not verdict[0]:
             return None
         if verdict[2]:  # no term in this phase: it reads 0
