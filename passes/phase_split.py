@@ -53,6 +53,7 @@ from tecomp.functor import ExprMutator, free_vars, fresh_name, make_reduce, subs
 from tecomp.tensor import ComputeOp, Tensor
 
 from .affine_forms import coefficient, lower_terms, upper_terms
+from .exact_div import fold_index
 from .flatten_sum import const_int, insert_stages
 from .lower_stage import upper
 from .pad_windows import constant_width
@@ -247,7 +248,10 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
 
 class _Normalise(ExprMutator):
     """``(s*q + e) // s -> q + e // s`` and ``(s*q + e) % s -> e % s`` for the quotient
-    variables ``q`` of stride ``s`` (exact on integers)."""
+    variables ``q`` of stride ``s`` (exact on integers); then each read's indices in affine
+    normal form where that removes a division (``(2*q + 2*t - 2*q) // 2 -> t``: a weight
+    gradient's phase reads its input without the kernel axes, which :mod:`.flatten_rows`
+    needs to take them as the columns of one row)."""
 
     def __init__(self, strides: dict[E.Var, int]) -> None:
         super().__init__()
@@ -255,6 +259,13 @@ class _Normalise(ExprMutator):
 
     def visit_FloorDiv(self, e: E.FloorDiv) -> E.Expr:
         return self._div(e, super().visit_FloorDiv(e), True)
+
+    def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
+        out = super().visit_TensorRead(e)
+        idx = tuple(fold_index(i) for i in out.indices)
+        if all(a is b for a, b in zip(idx, out.indices)):
+            return out
+        return E.TensorRead(out.tensor, idx, out.dtype)
 
     def visit_Mod(self, e: E.Mod) -> E.Expr:
         return self._div(e, super().visit_Mod(e), False)

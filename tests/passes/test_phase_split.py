@@ -158,3 +158,19 @@ def test_stride_and_dilation_sharing_a_factor_split_into_phases(hw):
     assert "X_grad_p00" in text
     assert not any(f"X_grad_p{t}[" in text for t in ("01", "10", "11"))
     _matches_the_evaluator(dX, ins, rng)
+
+
+def test_transposed_weight_gradient_phases_are_flat_rows_of_their_kernel_columns():
+    """``W_grad`` of a stride-2 transposed convolution: each kernel phase reads ``X`` at the
+    summed position alone (``(2*kq + 2*t - 2*kq) // 2`` folded to ``t``), so its ``(o, ky, kx)``
+    columns flatten into one row; with no more columns than twice the 32 input channels, they
+    are the rows of ``W_grad_p00_rows[(o, ky, kx), c]`` (passes/flatten_rows.py)."""
+    rng = np.random.default_rng(12)
+    X, W, Y = _transposed(2, 32, 16, 8, 4, 2, 1)
+    H = tc.placeholder(Y.shape, name="H")
+    _, dW = tc.gradient(Y, [X, W], head=H)
+    ins = [X, W, H]
+    text = _cpu_text(dW, ins)
+    for tag in ("00", "01", "10", "11"):
+        assert f"W_grad_p{tag}_rows: float32[64, 32]" in text
+    _matches_the_evaluator(dW, ins, rng)
