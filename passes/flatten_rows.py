@@ -169,9 +169,8 @@ def _plan(t: Tensor, body: E.Expr, min_inner: int, max_inner: int, max_in_place:
     index: E.Expr = E.Const(0, "int64")
     for ax, e in zip(flat_axes, dext[n:]):
         index = E.add(E.mul(index, e), ax.var)
-    if across:
-        return new, E.TensorRead(flat, (index,) + tuple(ax.var for ax in lead), t.dtype)
-    return new, E.TensorRead(flat, tuple(ax.var for ax in lead) + (index,), t.dtype)
+    rest = tuple(ax.var for ax in lead)
+    return new, E.TensorRead(flat, (index,) + rest if across else rest + (index,), t.dtype)
 
 
 def _columns(t: Tensor, r: E.TensorRead, used: list[E.IterVar], raxes: tuple[E.IterVar, ...],

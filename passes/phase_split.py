@@ -185,8 +185,9 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
                      quots: list[E.IterVar], raxes: tuple[E.IterVar, ...], summand: E.Expr,
                      norm: _Normalise, max_phases: int, min_terms: int,
                      extents: list[int]):
-    """Windows whose widths differ between phases: a stage of its own for each phase
-    (``Y_p01[b, f, yq, xq]`` for ``y = 2*yq, x = 2*xq + 1``), each window then of one width,
+    """Windows whose widths differ between phases, or an image the stride does not divide:
+    a stage of its own for each phase (``Y_p01[b, f, yq, xq]`` for ``y = 2*yq, x = 2*xq +
+    1``), each window then of one width,
     and ``Y`` selects among them by ``y % 2, x % 2``; a phase whose window is empty (no term
     reaches it: the odd positions of a 1x1 stride-2 convolution's input gradient) is 0,
     with no stage.  None unless each other phase's sum has at least ``min_terms`` terms
@@ -205,12 +206,12 @@ def _stage_per_phase(t: Tensor, split: list[E.Var], found: dict[E.Var, int],
                       for q, v, n, r in zip(quots, split, extents, combo))
         axes = tuple(lead) + qaxes
         ranges = {ax.var: (0, const_int(ax.extent)) for ax in axes}
-        fix = {ph.var: E.Const(r, ph.var.dtype) for ph, r in zip(phases, combo)}
-        rax = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, fix)),
-                              norm.visit(substitute(ax.extent, fix)), ax.kind) for ax in raxes)
         if any(const_int(q.extent) <= 0 for q in qaxes):  # a phase no position falls in
             stages[combo] = None
             continue
+        fix = {ph.var: E.Const(r, ph.var.dtype) for ph, r in zip(phases, combo)}
+        rax = tuple(E.IterVar(ax.var, norm.visit(substitute(ax.lo, fix)),
+                              norm.visit(substitute(ax.extent, fix)), ax.kind) for ax in raxes)
         verdict = _windows(rax, ranges, clipped=True)
         if verdict is None or not verdict[0]:
             return None
@@ -260,15 +261,15 @@ class _Normalise(ExprMutator):
     def visit_FloorDiv(self, e: E.FloorDiv) -> E.Expr:
         return self._div(e, super().visit_FloorDiv(e), True)
 
+    def visit_Mod(self, e: E.Mod) -> E.Expr:
+        return self._div(e, super().visit_Mod(e), False)
+
     def visit_TensorRead(self, e: E.TensorRead) -> E.Expr:
         out = super().visit_TensorRead(e)
         idx = tuple(fold_index(i) for i in out.indices)
         if all(a is b for a, b in zip(idx, out.indices)):
             return out
         return E.TensorRead(out.tensor, idx, out.dtype)
-
-    def visit_Mod(self, e: E.Mod) -> E.Expr:
-        return self._div(e, super().visit_Mod(e), False)
 
     def _div(self, old: E.Expr, e: E.Expr, quotient: bool) -> E.Expr:
         if not isinstance(e, (E.FloorDiv, E.Mod)) or not isinstance(e.b, E.Const):
