@@ -6,9 +6,9 @@ function (not inside another loop) is emitted as
 
 * a *body* function ``i32 @f.parK(ptr noalias buf..., values..., i64 lo, i64 hi, i64 start,
   i64 stop)`` that runs iterations ``start <= t < stop`` of the loop (``v = lo + t * step``,
-  ``v < hi``).  Every buffer and variable in scope at the loop is passed as an argument (the
-  buffers as ``noalias`` pointers: distinct buffers never overlap), so the body is optimised
-  like the rest of the function;
+  ``v < hi``).  The buffers and variables of the enclosing scope that the loop uses are its
+  arguments, in the order the loop first uses them (the buffers as ``noalias`` pointers:
+  distinct buffers never overlap), so the body is optimised like the rest of the function;
 * a *chunk* function ``i32 @f.parK.chunk(ptr ctx, i64 start, i64 stop)`` that unpacks the
   captured values from a context record on the caller's stack and calls the body;
 * at the loop's place, with ``nthr = min(nthreads, trips, 64)``: a direct call of the body when
@@ -19,15 +19,23 @@ function (not inside another loop) is emitted as
 
 ``nthreads`` is the function's last argument, chosen per call by
 :class:`~tecomp.codegen.kernel.Kernel`.
+
+Loops that are the same program up to the names of their variables and buffers share one
+body and one chunk function (:func:`body_key`): a gradient repeats its contractions, such as
+the weight gradients of a transformer's projections (seven identical register-tiled bodies
+of 4,000 lines of IR each in one block's gradient), and LLVM's time grows with the IR it is
+given.  A shared body is marked ``noinline`` so that its call sites do not copy it back.
 """
 
 from __future__ import annotations
 
+from dataclasses import is_dataclass
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ...loopir import For
+from ...expr import Var, field_names
+from ...loopir import Buffer, For
 from . import runtime
 from . import types as T
 
@@ -39,8 +47,6 @@ MAX_THREADS = 64
 
 def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     """Emit the parallel loop ``s`` at ``em``'s position as an outlined fork-join."""
-    from .emit import StmtEmitter, symbol_name
-
     b = em.b
     module = b.module
     k = em.outlined
@@ -53,32 +59,23 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     trips = b.sdiv(b.add(span, ir.Constant(T.I64, s.step - 1)), step)
     trips = T.intrinsic(b, "smax", [trips, ir.Constant(T.I64, 0)])
 
-    bufs = list(em.buffers.items())
-    vals = [(v, x) for v, x in em.env.items() if v != s.var]
-    # ---- body function
-    arg_types = [T.PTR] * len(bufs) + [x.type for _, x in vals] + [T.I64] * 4
-    body_fn = ir.Function(module, ir.FunctionType(T.I32, arg_types), base)
-    body_fn.linkage = "internal"
-    sub = StmtEmitter(body_fn)
-    for (buf, _), arg in zip(bufs, body_fn.args):
-        arg.name = symbol_name(buf.name)
-        arg.add_attribute("noalias")
-        sub.buffers[buf] = arg
-    for (var, _), arg in zip(vals, body_fn.args[len(bufs):]):
-        arg.name = symbol_name(var.name)
-        sub.env[var] = arg
-    a_lo, a_hi, a_start, a_stop = body_fn.args[-4:]
-    sb = sub.b
-    v_lo = sb.add(a_lo, sb.mul(a_start, step))
-    v_hi = T.intrinsic(sb, "smin", [sb.add(a_lo, sb.mul(a_stop, step)), a_hi])
-    sub.loop(s, v_lo, v_hi)
-    sub.finish()
-
+    key, used_bufs, used_vars = body_key(s, em.buffers, em.env)
+    bufs = [(buf, em.buffers[buf]) for buf in used_bufs]
+    vals = [(v, em.env[v]) for v in used_vars]
+    key += "|" + ",".join(str(x.type) for _, x in vals)
     # ---- context record: captured values, then lo and hi
     captured = [x for _, x in bufs] + [x for _, x in vals] + [lo, hi]
     ctx_type = ir.LiteralStructType([c.type if not isinstance(c.type, ir.PointerType)
                                      else T.PTR for c in captured])
-    chunk = _chunk(module, base, body_fn, ctx_type, len(captured))
+    shared = em.bodies.get(key)
+    if shared is None:
+        body_fn = _body(em, s, base, bufs, vals, step)
+        chunk = _chunk(module, base, body_fn, ctx_type, len(captured))
+        em.bodies[key] = (body_fn, chunk)
+    else:
+        body_fn, chunk = shared
+        if "noinline" not in body_fn.attributes:
+            body_fn.attributes.add("noinline")
     ctx = em._entry_alloca(ctx_type, 1, f"{base}.ctx")
     for n, c in enumerate(captured):
         b.store(c, b.gep(ctx, [_i32(0), _i32(n)], inbounds=True, source_etype=ctx_type))
@@ -98,6 +95,85 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     cont = em.fn.append_basic_block(f"{base}.done")
     b.cbranch(ok, cont, em._oom_block())
     b.position_at_end(cont)
+
+
+def _body(em: StmtEmitter, s: For, base: str, bufs: list, vals: list,
+          step: ir.Constant) -> ir.Function:
+    """The body function of the parallel loop ``s`` over the buffers ``bufs`` and the values
+    ``vals`` of the enclosing scope (pairs of the IR object and its LLVM value)."""
+    from .emit import StmtEmitter, symbol_name
+
+    arg_types = [T.PTR] * len(bufs) + [x.type for _, x in vals] + [T.I64] * 4
+    body_fn = ir.Function(em.b.module, ir.FunctionType(T.I32, arg_types), base)
+    body_fn.linkage = "internal"
+    sub = StmtEmitter(body_fn)
+    for (buf, _), arg in zip(bufs, body_fn.args):
+        arg.name = symbol_name(buf.name)
+        arg.add_attribute("noalias")
+        sub.buffers[buf] = arg
+    for (var, _), arg in zip(vals, body_fn.args[len(bufs):]):
+        arg.name = symbol_name(var.name)
+        sub.env[var] = arg
+    a_lo, a_hi, a_start, a_stop = body_fn.args[-4:]
+    sb = sub.b
+    v_lo = sb.add(a_lo, sb.mul(a_start, step))
+    v_hi = T.intrinsic(sb, "smin", [sb.add(a_lo, sb.mul(a_stop, step)), a_hi])
+    sub.loop(s, v_lo, v_hi)
+    return sub.finish()
+
+
+def body_key(s: For, buffers: dict, env: dict) -> tuple[str, list[Buffer], list[Var]]:
+    """A text of the loop ``s`` with its variables and buffers named by the order of their
+    first use, and the buffers of ``buffers`` and the variables of ``env`` (the enclosing
+    scope; ``s.var`` excluded) that it uses, in that order.
+
+    Two loops with the same text are the same program once the first one's variables and
+    buffers are renamed to the second one's (a bijection: names are numbered as they are
+    met, every other field is written as it is), so one body function serves both when it
+    is called with the second loop's buffers and values in the listed order.  Which of the
+    numbered names are arguments is part of the text.
+    """
+    lines: list[str] = []
+    number: dict[int, int] = {}
+    keep: list = []  # visited objects stay alive so that their ids stay unique
+    names: dict[object, int] = {}
+    used_bufs: list[Buffer] = []
+    used_vars: list[Var] = []
+
+    def name(x: object) -> int:
+        k = names.get(x)
+        if k is None:
+            k = names[x] = len(names)
+        return k
+
+    def ref(x: object) -> str:
+        if type(x) is tuple:
+            return "(" + ", ".join(ref(y) for y in x) + ")"
+        if not is_dataclass(x) or isinstance(x, type):
+            return repr(x)
+        k = number.get(id(x))
+        if k is not None:
+            return f"#{k}"
+        if type(x) is Var:
+            text = f"Var({name(x)}, {x.dtype!r})"
+            if x in env and x != s.var and x not in used_vars:
+                used_vars.append(x)
+        elif type(x) is Buffer:
+            text = (f"Buffer({name(x)}, {ref(x.shape)}, {x.dtype!r}, {x.scope!r})")
+            if x in buffers and x not in used_bufs:
+                used_bufs.append(x)
+        else:
+            parts = [f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))]
+            text = f"{type(x).__name__}({', '.join(parts)})"
+        number[id(x)] = len(lines)
+        keep.append(x)
+        lines.append(text)
+        return f"#{len(lines) - 1}"
+
+    ref(s)
+    lines.append("bufs " + " ".join(str(names[b]) for b in used_bufs))
+    lines.append("vars " + " ".join(str(names[v]) for v in used_vars))
+    return "\n".join(lines), used_bufs, used_vars
 
 
 def _i32(v: int) -> ir.Constant:

@@ -9,6 +9,7 @@ import tecomp as tc
 from tecomp import expr as E
 from tecomp.codegen import kernel as kernel_module
 from tecomp.codegen.llvm import build_kernel
+from tecomp.codegen.llvm.emit import emit_module
 from tecomp.errors import ArgumentError
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Store
 
@@ -202,3 +203,29 @@ def test_threaded_calls_in_a_forked_child(rng):
         time.sleep(0.01)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     np.testing.assert_array_equal(kern(a), a * 3)
+
+
+def test_loops_equal_up_to_names_share_one_body(rng):
+    """Two parallel loops that differ only in the names of their variables and buffers are
+    one body function called twice; a loop with another constant gets its own body."""
+    x = Buffer("X", (n,), "float32", "input")
+    y = Buffer("Y", (n,), "float32", "input")
+    a = Buffer("A", (n,), "float32", "output")
+    b = Buffer("B", (n,), "float32", "output")
+    c = Buffer("C", (n,), "float32", "output")
+    body = Seq((For(i, ZERO, n, Store(a, (i,), load(x, i) * 2.0 + 1.0), kind="parallel"),
+                For(j, ZERO, n, Store(b, (j,), load(y, j) * 2.0 + 1.0), kind="parallel"),
+                For(k, ZERO, n, Store(c, (k,), load(y, k) * 3.0 + 1.0), kind="parallel")))
+    func = LoweredFunc("twice", (x, y), (a, b, c), (n,), body)
+    text = str(emit_module(func, threads=True))
+    defined = {f for f in ("twice.par0", "twice.par1", "twice.par2")
+               if f'define internal i32 @"{f}"(' in text}
+    assert defined == {"twice.par0", "twice.par2"}
+    kern = build_kernel(func)
+    kern.threads = 2
+    xs = rng.standard_normal(1000).astype(np.float32)
+    ys = rng.standard_normal(1000).astype(np.float32)
+    ra, rb, rc = kern(xs, ys)
+    np.testing.assert_allclose(ra, xs * 2 + 1, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(rb, ys * 2 + 1, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(rc, ys * 3 + 1, rtol=1e-6, atol=1e-6)
