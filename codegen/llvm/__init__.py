@@ -32,8 +32,10 @@ from ..target import Schedule, Target
 from .jit import (
     LOCK,
     JitFunction,
+    binding,
     code_version,
     compile_ir,
+    compile_object,
     disk_key,
     load_object,
     target_key,
@@ -119,44 +121,79 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         if store is not None:
             entry = store.get(key)
             if entry is not None and isinstance(entry.get("object"), bytes):
-                pooled = _pooled_from_record(entry.get("pooled"))
-                if pooled is None:  # extents not stored as constants: schedule to find them
-                    pooled = pooled_buffers(_schedule(func, threads))
-                try:
-                    out = load_object(entry["object"], symbol_name(func.name),
-                                      _stored_source(store, key))
-                    out.threads = threads
-                    out.pooled = pooled
-                    return out
-                except CompileError:  # unusable entry: compile afresh and overwrite it
-                    pass
+                found = _load_stored(entry, key)
+                if found is not None:
+                    return found
         emitted = _schedule(func, threads)
         out = compile_now(emitted)
         out.pooled = pooled_buffers(emitted)
         if store is not None:
             record = _pooled_record(out.pooled)
             store.put(key, {"object": out.object_code,
+                            **({"parts": " ".join(b.name for b in out.parts)} if out.parts else {}),
                             **({"pooled": record} if record is not None else {})})
-            store.put(source_key(key), {"source": out.source})
+            store.put(source_key(key), {"source": out.main_source})
+        return out
+
+    def _load_stored(entry: Mapping[str, Any], key: str) -> JitFunction | None:
+        """The kernel of a disk entry with its parts, or None (a part missing, the object
+        unusable: compile afresh and overwrite it)."""
+        from . import parts
+
+        names = entry.get("parts", "")
+        bodies = [parts.load(name, store) for name in (names.split() if
+                                                        isinstance(names, str) else ())]
+        if not isinstance(names, str) or any(b is None for b in bodies):
+            return None
+        pooled = _pooled_from_record(entry.get("pooled"))
+        if pooled is None:  # extents not stored as constants: schedule to find them
+            pooled = pooled_buffers(_schedule(func, threads))
+        try:
+            out = load_object(entry["object"], symbol_name(func.name),
+                              _joined_source(_stored_source(store, key), bodies),
+                              symbols={b.name: b.address for b in bodies})
+        except CompileError:
+            return None
+        out.threads = threads
+        out.pooled = pooled
+        out.parts = tuple(bodies)
         return out
 
     def compile_now(emitted: LoweredFunc) -> JitFunction:
         from .emit import emit_module  # not imported on the path that loads cached code
+        from .parts import Parts
 
+        binding()  # LLVM set up here: the compiling threads never wait for LOCK
+        sink = Parts(store, speed_level, host) if threads else None
         with LOCK:
             try:
-                module = emit_module(emitted, threads=threads)
+                module = emit_module(emitted, threads=threads, sink=sink)
             except TecompError:
+                if sink is not None:
+                    sink.cancel()
                 raise
             except Exception as err:  # llvmlite type errors are bugs of the emitter or the IR
+                if sink is not None:
+                    sink.cancel()
                 raise CompileError(
                     f"emit: could not emit LLVM IR for {func.name!r}: "
                     f"{type(err).__name__}: {err}") from err
-            with timed("llvm"):
-                out = compile_ir(module, symbol_name(func.name), speed_level=speed_level,
-                                 host=host)
-            out.threads = threads
-            return out
+        name = symbol_name(func.name)
+        with timed("llvm"):
+            try:
+                obj, source = compile_object(str(module), name, speed_level=speed_level,
+                                             host=host)
+                bodies = sink.finish() if sink is not None else {}
+            except BaseException:
+                if sink is not None:
+                    sink.cancel()
+                raise
+            out = load_object(obj, name, _joined_source(source, list(bodies.values())),
+                              symbols={b.name: b.address for b in bodies.values()})
+        out.main_source = source
+        out.parts = tuple(bodies.values())
+        out.threads = threads
+        return out
 
     if cache is None:
         return build()
@@ -178,6 +215,19 @@ def _stored_source(store: Any, key: str) -> Callable[[], str]:
         found = store.get(source_key(key))
         text = found.get("source") if found is not None else None
         return text if isinstance(text, str) else "; the optimised IR is not in the cache\n"
+    return read
+
+
+def _joined_source(main: str | Callable[[], str],
+                   bodies: Sequence[JitFunction]) -> str | Callable[[], str]:
+    """The optimised IR of a kernel compiled in parts (:mod:`.parts`): its own module, then
+    each body's (read when asked for)."""
+    if not bodies:
+        return main
+
+    def read() -> str:
+        text = main() if callable(main) else main
+        return "\n".join([text] + [b.source for b in bodies])
     return read
 
 

@@ -60,15 +60,19 @@ from .emit_expr import ExprEmitter
 from .layout import STACK_LIMIT, heap_allocated, pooled_buffers, symbol_name  # noqa: F401
 
 
-def emit_module(func: LoweredFunc, *, threads: bool = False) -> ir.Module:
+def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None) -> ir.Module:
     """An LLVM module with one function implementing ``func`` (see the module docstring).
 
     With ``threads``, outermost ``"parallel"`` loops are outlined and run on several threads
     (:mod:`.parallel`); the function then takes the thread count as a last i64 argument.
     The temporaries :func:`pooled_buffers` names are arguments (the caller's memory).
+    With a ``sink``, the outlined bodies go to modules of their own: ``sink.body(key,
+    emit)`` returns the symbol of the body whose :func:`.parallel.body_key` is ``key``,
+    calling ``emit(module, symbol)`` to define it in a new module when it has not got it,
+    and this module declares it.
     """
     module = ir.Module(name=symbol_name(func.name))
-    FunctionEmitter(module, func, symbol_name(func.name), threads=threads).run()
+    FunctionEmitter(module, func, symbol_name(func.name), threads=threads, sink=sink).run()
     return module
 
 
@@ -97,6 +101,7 @@ class StmtEmitter(ExprEmitter):
         self.threads: ir.Value | None = None  # set where parallel loops may be outlined
         self.outlined = 0
         self.bodies: dict[str, tuple[ir.Function, ir.Function]] = {}  # by parallel.body_key
+        self.sink: Any = None  # where outlined bodies go (emit_module)
         self._minmax_stores: dict[int, tuple[str, E.Expr, ir.Value]] = {}  # by id(Store)
         self.pool: dict[Buffer, ir.Value] = {}  # temporaries passed in by the caller
 
@@ -339,9 +344,10 @@ class FunctionEmitter(StmtEmitter):
     """Emit one lowered function into ``module`` under the symbol ``name``."""
 
     def __init__(self, module: ir.Module, func: LoweredFunc, name: str, *,
-                 threads: bool = False) -> None:
+                 threads: bool = False, sink: Any = None) -> None:
         self.func = func
         super().__init__(ir.Function(module, signature(func, threads), name))
+        self.sink = sink
         self._bind_arguments()
         if threads:
             self.threads = self.fn.args[-1]

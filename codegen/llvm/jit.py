@@ -28,8 +28,12 @@ builder serves 32 compiles (llvmlite leaks part of each), and a kernel's
 mapping (or JIT) is dropped with its :class:`JitFunction` (an evicted cache entry), so
 compiling many distinct kernels does not grow the process beyond what the caches hold.
 
-LLVM's global state in llvmlite is not thread-safe, so every stage runs under one process-wide
-lock; calling compiled code needs no lock.
+Threads: a module is parsed into a context of its own and optimised and compiled with the
+calling thread's own target machine and pass builder (:func:`compile_object`), so threads
+compile side by side -- the threads of :func:`compile_pool` compile the parts of one kernel
+(:mod:`tecomp.codegen.llvm`) at once.  LLVM's one-time set-up, the host description and the
+JIT's linking run under one process-wide lock (:data:`LOCK`); calling compiled code needs no
+lock.
 """
 
 from __future__ import annotations
@@ -112,21 +116,33 @@ def _load_gcc_runtime(llvm: Any) -> None:
 
 
 def _machine(host: Host | None = None) -> Any:
-    """The target machine for the host CPU (name and features: without them LLVM only uses
-    SSE), made once; for ``host`` (another vector width or feature set of this CPU), one
-    per distinct feature string."""
+    """This thread's target machine for the host CPU (name and features: without them LLVM
+    only uses SSE), made on first use; for ``host`` (another vector width or feature set of
+    this CPU), one per distinct feature string.  A target machine is not shared between
+    threads (LLVM's code generator keeps state in it), so the threads of
+    :func:`compile_pool` each have their own."""
     st = _init()
     features = st["features"] if host is None else llvm_features(host)
-    machines = st.setdefault("tms", {})
+    machines = _thread_state("tms")
     tm = machines.get(features)
     if tm is None:
-        with LOCK:
-            tm = machines.get(features)
-            if tm is None:
-                target = binding().Target.from_triple(st["triple"])
-                tm = machines[features] = target.create_target_machine(
-                    cpu=st["cpu"], features=features, opt=3, codemodel="jitdefault")
+        target = binding().Target.from_triple(st["triple"])
+        tm = machines[features] = target.create_target_machine(
+            cpu=st["cpu"], features=features, opt=3, codemodel="jitdefault")
+        st.setdefault("tms", []).append(tm)  # every one made (what tests ask: "any?")
     return tm
+
+
+_local = threading.local()
+
+
+def _thread_state(name: str) -> dict:
+    """A dict of this thread's LLVM objects (target machines, pass builders)."""
+    found = getattr(_local, name, None)
+    if found is None:
+        found = {}
+        setattr(_local, name, found)
+    return found
 
 
 def _process_jit() -> Any:
@@ -186,6 +202,10 @@ class JitFunction:
     object_code: bytes = field(repr=False, default=b"")  # what was linked (for the disk cache)
     #: temporaries the caller passes after the outputs (``emit.pooled_buffers``)
     pooled: tuple = ()
+    #: the separately compiled functions this one calls (kept alive with it: :mod:`.parts`)
+    parts: tuple = ()
+    #: the optimised IR of this function's own module, without its parts' (what is stored)
+    main_source: str = field(repr=False, default="")
 
     @property
     def source(self) -> str:
@@ -248,57 +268,142 @@ def _pass_builder(speed_level: int, host: Host | None) -> Any:
 
 
 def optimise(module: Any, speed_level: int = 3, host: Host | None = None) -> None:
-    """Run the O``speed_level`` pipeline with vectorisation on ``module`` in place."""
-    with LOCK:
-        pb = _pass_builder(speed_level, host)
-        mpm = pb.getModulePassManager()
-        try:
-            mpm.run(module, pb)
-        finally:
-            # llvmlite never frees a module pass manager (the whole O3 pipeline, ~0.1 MiB a
-            # compile): dispose of it here
-            dispose = getattr(binding().ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
-            if dispose is not None:
-                dispose(mpm)
-                mpm.detach()
+    """Run the O``speed_level`` pipeline with vectorisation on ``module`` in place (with this
+    thread's pass builder: ``module`` must live in a context no other thread uses)."""
+    pb = _pass_builder(speed_level, host)
+    mpm = pb.getModulePassManager()
+    try:
+        _unlocked("LLVMPY_RunNewModulePassManager")(mpm, module, pb)
+    finally:
+        # llvmlite never frees a module pass manager (the whole O3 pipeline, ~0.1 MiB a
+        # compile): dispose of it here
+        dispose = getattr(binding().ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
+        if dispose is not None:
+            dispose(mpm)
+            mpm.detach()
 
 
 def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
-               link_runtime: bool = True, host: Host | None = None) -> JitFunction:
+               link_runtime: bool = True, host: Host | None = None,
+               symbols: dict[str, int] | None = None) -> JitFunction:
     """Verify, optimise and JIT-compile ``module``; return the function called ``name``.
-    ``host`` (default :func:`tecomp.host.describe`) gives the features and vector width.
+    ``host`` (default :func:`tecomp.host.describe`) gives the features and vector width;
+    ``symbols`` gives the addresses of functions ``module`` declares and others define
+    (:func:`load_object`).
 
     The optimised module is compiled to an object file (``JitFunction.object_code``) which is
     what the JIT links, so the same bytes can be stored and linked again by
     :func:`load_object` in another process.
     """
-    text = str(module)
-    with LOCK:
-        llvm = binding()
-        tm = _machine(host)
-        try:
-            # a context per module: the global one keeps every type and constant forever
-            mod = llvm.parse_assembly(text, context=llvm.create_context())
-            mod.triple = tm.triple
-            mod.data_layout = str(tm.target_data)
-            mod.verify()
-        except RuntimeError as err:
-            raise CompileError(f"verify: LLVM rejected the IR of {name!r}: {err}") from None
-        try:
-            with timed("llvm.optimise"):
-                optimise(mod, speed_level, host)
-            mod.verify()
-        except RuntimeError as err:
-            raise CompileError(f"optimise: {name!r}: {err}") from None
-        source = str(mod)
-        try:
-            with timed("llvm.emit_object"):
-                obj = tm.emit_object(mod)
-        except RuntimeError as err:
-            raise CompileError(f"jit: could not generate code for {name!r}: {err}") from None
-        mod.close()  # the module first, then (unreferenced) its context
-        out = load_object(obj, name, source, link_runtime=link_runtime)
-        return out
+    obj, source = compile_object(str(module), name, speed_level=speed_level, host=host)
+    return load_object(obj, name, source, link_runtime=link_runtime, symbols=symbols)
+
+
+def compile_object(text: str, name: str, *, speed_level: int = 3,
+                   host: Host | None = None) -> tuple[bytes, str]:
+    """Verify, optimise and compile the LLVM IR ``text`` to an object file: its bytes and
+    the optimised IR.  Thread-safe: the module gets an LLVM context of its own and the
+    thread's own target machine and pass builder, and nothing here holds :data:`LOCK` (the
+    threads of :func:`compile_pool` run it while the caller emits and compiles more)."""
+    llvm = binding()
+    tm = _machine(host)
+    try:
+        # a context per module: the global one keeps every type and constant forever
+        mod = _parse(llvm, text)
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+    except RuntimeError as err:
+        raise CompileError(f"verify: LLVM rejected the IR of {name!r}: {err}") from None
+    try:
+        with timed("llvm.optimise"):
+            optimise(mod, speed_level, host)
+        mod.verify()
+    except RuntimeError as err:
+        raise CompileError(f"optimise: {name!r}: {err}") from None
+    source = str(mod)
+    try:
+        with timed("llvm.emit_object"):
+            obj = _emit_object(llvm, tm, mod)
+    except RuntimeError as err:
+        raise CompileError(f"jit: could not generate code for {name!r}: {err}") from None
+    mod.close()  # the module first, then (unreferenced) its context
+    return obj, source
+
+
+def _unlocked(name: str) -> Callable:
+    """llvmlite's C function ``name`` without llvmlite's process-wide lock.
+
+    llvmlite serialises every call into LLVM (one lock for all threads), which would keep
+    the threads of :func:`compile_pool` waiting on each other for the whole of LLVM's work.
+    The calls made through this -- parsing into a new context, running a pass pipeline on a
+    module of that context, generating its code with this thread's target machine -- touch
+    nothing another thread touches (LLVM's own rule: contexts, and what lives in them, are
+    not shared; target machines and pass builders are this thread's), and ctypes releases
+    the interpreter around them.  When llvmlite's wrapper is not the one this was written
+    against, the locked function is used."""
+    fn = getattr(binding().ffi.lib, name)
+    return getattr(fn, "_cfn", fn)
+
+
+def _parse(llvm: Any, text: str) -> Any:
+    """``llvm.parse_assembly(text)`` into a new context, without llvmlite's lock."""
+    from ctypes import c_char_p
+
+    from llvmlite.binding.module import ModuleRef
+
+    context = llvm.create_context()
+    with llvm.ffi.OutputString() as errmsg:
+        mod = ModuleRef(_unlocked("LLVMPY_ParseAssembly")(context, c_char_p(text.encode()),
+                                                          errmsg), context)
+        if errmsg:
+            mod.close()
+            raise RuntimeError(f"LLVM IR parsing error\n{errmsg}")
+    return mod
+
+
+def _emit_object(llvm: Any, tm: Any, mod: Any) -> bytes:
+    """``tm.emit_object(mod)`` without llvmlite's lock around the code generator."""
+    ffi = llvm.ffi
+    with ffi.OutputString() as outerr:
+        buf = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, mod, 1, outerr)
+        if not buf:
+            raise RuntimeError(str(outerr))
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buf),
+                                ffi.lib.LLVMPY_GetBufferSize(buf))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
+
+
+_pool: list = []
+
+
+def compile_pool() -> Any:
+    """A pool of threads that run :func:`compile_object` (one per core the process may use,
+    made on first use; None on one core).  LLVM releases the interpreter while it optimises
+    and generates code, so the parts of a kernel compile side by side."""
+    if not _pool:
+        with LOCK:
+            if not _pool:
+                cores = describe().cores
+                if cores <= 1:
+                    _pool.append(None)
+                else:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    _pool.append(ThreadPoolExecutor(max_workers=cores,
+                                                    thread_name_prefix="tecomp-llvm"))
+    return _pool[0]
+
+
+def _forget_pool() -> None:
+    """A forked child has none of its parent's threads: it makes a pool of its own."""
+    _pool.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def runtime_address() -> int:
@@ -341,12 +446,13 @@ def _load_runtime() -> JitFunction:
 
 
 def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
-                link_runtime: bool = True) -> JitFunction:
+                link_runtime: bool = True, symbols: dict[str, int] | None = None) -> JitFunction:
     """Link the object code ``obj`` (made by :func:`compile_ir` on this machine) into the
     process and return its function ``name``; ``source`` is the optimised IR it came from
     (or a function that reads it, :class:`JitFunction`).
     The runtime's symbol (:func:`runtime_address`) is resolved for it when ``obj`` refers to
-    it (the name is in its symbol table; a kernel without parallel loops does not).
+    it (the name is in its symbol table; a kernel without parallel loops does not), and so
+    are ``symbols`` (name: address; the outlined bodies a kernel calls, loaded before it).
 
     On x86-64 Linux the object is mapped by :mod:`.elf` (no LLVM needed); an object that
     loader does not take, or another platform, goes through an ORC LLJIT."""
@@ -356,6 +462,7 @@ def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
     wants_runtime = link_runtime and RUNTIME_SYMBOL.encode() in obj
     if LOAD_WITH_ELF and elf.available():
         resolve = {RUNTIME_SYMBOL: runtime_address()} if wants_runtime else {}
+        resolve.update(symbols or {})
         try:
             image = elf.load(obj, resolve)
         except elf.UnsupportedObject:
@@ -364,7 +471,7 @@ def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
             out = JitFunction(name, image.address(name), source, image)
             out.object_code = obj
             return out
-    return _load_with_lljit(obj, name, source, wants_runtime, link_runtime)
+    return _load_with_lljit(obj, name, source, wants_runtime, link_runtime, symbols or {})
 
 
 #: whether :func:`load_object` tries :mod:`.elf` first (tests switch it off to check the
@@ -373,7 +480,8 @@ LOAD_WITH_ELF = True
 
 
 def _load_with_lljit(obj: bytes, name: str, source: str | Callable[[], str],
-                     wants_runtime: bool, link_runtime: bool) -> JitFunction:
+                     wants_runtime: bool, link_runtime: bool,
+                     symbols: dict[str, int]) -> JitFunction:
     with LOCK:
         llvm = binding()
         _init()
@@ -384,6 +492,8 @@ def _load_with_lljit(obj: bytes, name: str, source: str | Callable[[], str],
                 from .layout import RUNTIME_SYMBOL
 
                 builder = builder.import_symbol(RUNTIME_SYMBOL, runtime_address())
+            for symbol, address in symbols.items():
+                builder = builder.import_symbol(symbol, address)
             # kernels get a JIT each (dropped with the kernel: its dylib and symbol tables go
             # too); the runtime stays in the process-wide one
             jit = llvm.create_lljit_compiler() if link_runtime else _process_jit()

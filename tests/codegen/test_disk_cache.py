@@ -110,8 +110,9 @@ def test_second_compile_skips_llvm(tmp_path, monkeypatch, rng):
     store = dc.DiskCache(tmp_path)
     func = _program()
     first = compile_function(func, cache=None, disk=store)
-    # the machine code, and the optimised IR in an entry of its own
-    assert store.misses == 1 and len(list(tmp_path.glob("??/*.bin"))) == 2
+    # the machine code, and the optimised IR in an entry of its own, of the kernel and of
+    # its parallel loop's body (codegen/llvm/parts.py: looked up before it is compiled)
+    assert store.misses == 2 and len(list(tmp_path.glob("??/*.bin"))) == 4
 
     def no_llvm(*args, **kwargs):
         raise AssertionError("LLVM ran although the program is in the disk cache")
@@ -119,7 +120,8 @@ def test_second_compile_skips_llvm(tmp_path, monkeypatch, rng):
     monkeypatch.setattr(jit, "optimise", no_llvm)
     monkeypatch.setattr("tecomp.codegen.llvm.compile_ir", no_llvm)
     second = compile_function(func, cache=None, disk=store)
-    assert store.hits == 1 and second.address != first.address  # the IR was not read
+    # the kernel (the body is still loaded in this process); the IR was not read
+    assert store.hits == 1 and second.address != first.address
     assert second.source == first.source and second.threads == first.threads
     assert store.hits == 2  # read when asked for
     from tecomp.codegen.kernel import Kernel

@@ -1,0 +1,130 @@
+"""Kernels compiled in parts (codegen/llvm/parts.py): outlined bodies compiled apart, on
+several threads, shared between kernels and cached on disk on their own."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+from tecomp.codegen import disk_cache as dc
+from tecomp.codegen.cache import CompileCache
+from tecomp.codegen.llvm import compile_function, jit, parts
+from tecomp.pipeline import scheduled
+
+
+def _dense_program(rows: int):
+    x = tc.placeholder((rows, 96), name="x")
+    w = tc.placeholder((80, 96), name="w")
+    y = tc.ops.dense(x, w, name="y")
+    z = tc.compute(y.shape, lambda i, j: tc.tanh(y[i, j]), name="z")
+    return x, w, y, z
+
+
+def _func(outs, ins):
+    """The scheduled loop program (register-tiled contraction bodies), no bounds checks."""
+    return scheduled(tc.lower(outs, ins).func, "llvm", check_bounds=False)
+
+
+def test_gradient_kernel_reuses_the_forward_kernels_bodies(rng):
+    """The gradient recomputes the forward's projection: the body the forward compiled is
+    the one the gradient kernel calls, and both kernels give the evaluator's results."""
+    x, w, y, z = _dense_program(67)
+    fwd = tc.build(z, [x, w])
+    gx, gw = tc.gradient(z, [x, w])
+    grad = tc.build([gx, gw], [x, w])
+    shared = {id(b) for b in fwd._entry.parts} & {id(b) for b in grad._entry.parts}
+    assert shared, "the gradient kernel compiled the forward's bodies again"
+    a = rng.standard_normal((67, 96)).astype(np.float32)
+    b = rng.standard_normal((80, 96)).astype(np.float32)
+    np.testing.assert_allclose(fwd(a, b), np.tanh(a @ b.T), rtol=1e-4, atol=1e-5)
+    ref = tc.evaluate([gx, gw], {x: a.astype(np.float64), w: b.astype(np.float64)})
+    for got, want in zip(grad(a, b), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    assert "define" in grad.source and grad.source.count("define") > grad._entry \
+        .main_source.count("define"), "kernel.source leaves the bodies' IR out"
+
+
+def test_a_missing_body_entry_recompiles_the_kernel(tmp_path, rng, monkeypatch):
+    """A kernel entry whose body entry is gone (removed, evicted) is a miss: the kernel is
+    compiled again, and works."""
+    store = dc.DiskCache(tmp_path)
+    monkeypatch.setattr(parts, "BODIES", type(parts.BODIES)())
+    x, w, y, z = _dense_program(33)
+    func = _func(z, [x, w])
+    first = compile_function(func, cache=None, disk=store)
+    assert first.parts
+    for body in first.parts:  # the body objects, not the kernel's
+        key = body.name.removeprefix("tecomp_body_")
+        store.path(key).unlink()
+    parts.BODIES.clear()
+    second = compile_function(func, cache=None, disk=store)
+    assert second.parts and second.address != first.address
+    from tecomp.codegen.kernel import Kernel
+
+    a = rng.standard_normal((33, 96)).astype(np.float32)
+    b = rng.standard_normal((80, 96)).astype(np.float32)
+    np.testing.assert_allclose(Kernel(func, second)(a, b), np.tanh(a @ b.T), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_builds_from_several_threads_at_once(rng):
+    """Threads that compile different kernels at the same time (each with its own target
+    machine and pass builder; the bodies on the compile pool) all get correct kernels."""
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+    cache: CompileCache = CompileCache(64)
+
+    def work(t: int) -> None:
+        try:
+            x, w, y, z = _dense_program(40 + t)
+            func = _func(z, [x, w])
+            from tecomp.codegen.kernel import Kernel
+
+            entry = compile_function(func, cache=cache, disk=None)
+            results[t] = Kernel(func, entry)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    b = rng.standard_normal((80, 96)).astype(np.float32)
+    for t, kern in results.items():
+        a = rng.standard_normal((40 + t, 96)).astype(np.float32)
+        np.testing.assert_allclose(kern(a, b), np.tanh(a @ b.T), rtol=1e-4, atol=1e-5)
+
+
+def test_body_symbol_names_what_the_code_depends_on():
+    """The same loop text for another speed level or host is another body."""
+    from dataclasses import replace
+
+    from tecomp.host import describe
+
+    a = parts.body_symbol("loop", 3, None)
+    assert a == parts.body_symbol("loop", 3, None)
+    assert a != parts.body_symbol("loop", 2, None)
+    assert a != parts.body_symbol("other loop", 3, None)
+    assert a != parts.body_symbol("loop", 3, replace(describe(), cores=describe().cores + 1))
+
+
+@pytest.mark.parametrize("with_elf", [True, False])
+def test_parts_link_through_either_loader(rng, monkeypatch, with_elf):
+    """The bodies' addresses reach the kernel through the ELF loader and through LLJIT."""
+    monkeypatch.setattr(jit, "LOAD_WITH_ELF", with_elf)
+    monkeypatch.setattr(parts, "BODIES", type(parts.BODIES)())
+    x, w, y, z = _dense_program(19)
+    func = _func(z, [x, w])
+    entry = compile_function(func, cache=None, disk=None)
+    assert entry.parts
+    from tecomp.codegen.kernel import Kernel
+
+    a = rng.standard_normal((19, 96)).astype(np.float32)
+    b = rng.standard_normal((80, 96)).astype(np.float32)
+    np.testing.assert_allclose(Kernel(func, entry)(a, b), np.tanh(a @ b.T), rtol=1e-4,
+                               atol=1e-5)
