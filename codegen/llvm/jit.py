@@ -4,8 +4,8 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
 
 * ``verify`` — parse the IR text llvmlite.ir produced and run LLVM's verifier;
 * ``optimise`` — the new pass manager at speed level 3 with loop vectorisation, SLP
-  vectorisation, unrolling and interleaving, on a target machine that carries the host CPU name
-  and features (without them LLVM only uses SSE) and the vector width of
+  vectorisation, unrolling (:data:`UNROLL`) and interleaving, on a target machine that
+  carries the host CPU name and features (without them LLVM only uses SSE) and the vector width of
   :func:`tecomp.host.describe` (on AVX-512 hosts LLVM's tuning would otherwise keep to 256-bit
   vectors: the feature string switches ``prefer-256-bit`` off);
 * ``jit`` — the target machine emits an object file, which is linked against the running
@@ -236,6 +236,9 @@ class _Library:
 
 #: compiles served by one pass builder before it is replaced (see :func:`_pass_builder`)
 PASS_BUILDER_RUNS = 32
+#: whether LLVM's loop unroller runs (see :func:`_pass_builder`; the A/B of
+#: ``benchmarks/ab_llvm_pipeline.py`` switches it)
+UNROLL = True
 
 
 def _pass_builder(speed_level: int, host: Host | None) -> Any:
@@ -244,11 +247,20 @@ def _pass_builder(speed_level: int, host: Host | None) -> Any:
     (about 1.4 KiB, measured with llvmlite 0.50), so one per compile grew the process with
     every kernel; but each run appends to the builder's instrumentation, so a builder that
     served too many runs makes every further run slower (15 ms -> 130 ms per run of the O3
-    pipeline on a trivial module over 1,800 runs).  At most one builder per speed level and
-    target machine is alive (a bounded cache)."""
+    pipeline on a trivial module over 1,800 runs).  At most one builder per speed level,
+    :data:`UNROLL` setting and target machine is alive in a thread (a bounded cache; a
+    builder is never shared between threads, like the target machine it is made for).
+
+    LLVM's loop unroller stays on (:data:`UNROLL`), although the schedule unrolls the
+    register tiles itself: without it the symbolic transformer block's forward and gradient
+    built in 1.89 s instead of 2.45 s (CPU time 2.68 s instead of 3.78 s; the copies it
+    makes of the tiles' tail loops are a quarter of what LLVM compiles), but some
+    convolutions ran slower (``benchmarks/ab_llvm_pipeline.py``, one AVX-512 core: 1x1
+    8x256x16x16 -> 64 forward 1.14x, 4x4/2 transposed 1.17x, 3x3/2 1.12x; compile time 0.78x
+    and kernel time 1.02x / 1.01x in geometric mean over the default suite)."""
     tm = _machine(host)
-    builders = _init().setdefault("pass_builders", {})
-    key = (id(tm), speed_level)
+    builders = _thread_state("pass_builders")
+    key = (id(tm), speed_level, UNROLL)
     found = builders.get(key)
     if found is not None and found[2] >= PASS_BUILDER_RUNS:
         found[1].close()
@@ -259,7 +271,7 @@ def _pass_builder(speed_level: int, host: Host | None) -> Any:
         pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
         pto.loop_vectorization = speed_level >= 2
         pto.slp_vectorization = speed_level >= 2
-        pto.loop_unrolling = speed_level >= 2
+        pto.loop_unrolling = speed_level >= 2 and UNROLL
         pto.loop_interleaving = speed_level >= 2
         found = [pto, llvm.create_pass_builder(tm, pto), 0]
         builders[key] = found

@@ -128,3 +128,22 @@ def test_parts_link_through_either_loader(rng, monkeypatch, with_elf):
     b = rng.standard_normal((80, 96)).astype(np.float32)
     np.testing.assert_allclose(Kernel(func, entry)(a, b), np.tanh(a @ b.T), rtol=1e-4,
                                atol=1e-5)
+
+
+def test_threads_never_share_a_target_machine_or_pass_builder():
+    """LLVM's code generator and pass builders keep state: each compiling thread has its
+    own (the same one again within a thread)."""
+    made: dict[str, tuple] = {}
+
+    def grab(name: str) -> None:
+        made[name] = (jit._machine(), jit._pass_builder(3, None), jit._machine(),
+                      jit._pass_builder(3, None))
+
+    threads = [threading.Thread(target=grab, args=(n,)) for n in ("a", "b")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    (tm_a, pb_a, tm_a2, pb_a2), (tm_b, pb_b, _, _) = made["a"], made["b"]
+    assert tm_a is tm_a2 and pb_a is pb_a2
+    assert tm_a is not tm_b and pb_a is not pb_b

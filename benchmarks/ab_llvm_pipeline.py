@@ -1,0 +1,123 @@
+"""A/B of LLVM's loop unroller (``tecomp.codegen.llvm.jit.UNROLL``) on the CPU benchmark's
+default suite: compile time and kernel time of each program's forward and gradient, built
+with the unroller on and off in one process.
+
+    python -m benchmarks.ab_llvm_pipeline [--reps 9] [--threads 1] [--cases conv,attention]
+
+Each build runs with the in-process kernel and body caches cleared and the persistent cache
+off, so both variants compile everything; *compile* is the wall time of ``tc.build``.
+Results are checked against the unroller-on build, and the kernels are timed round-robin in
+one process (medians; one thread pinned to one CPU by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+os.environ.setdefault("TECOMP_CACHE", "0")
+
+import tecomp as tc  # noqa: E402
+from benchmarks.bench_cpu_cases import all_cases  # noqa: E402
+from benchmarks.bench_cpu_child import round_robin  # noqa: E402
+from tecomp.codegen.cache import KERNELS  # noqa: E402
+from tecomp.codegen.llvm import jit, parts  # noqa: E402
+
+VARIANTS = {"unroll on": True, "unroll off": False}
+
+
+def _build(case, unroll: bool):
+    """Forward and gradient kernels of ``case`` with the unroller ``unroll``, and the
+    seconds their builds took."""
+    saved = jit.UNROLL
+    jit.UNROLL = unroll
+    KERNELS.clear()
+    parts.BODIES.clear()
+    try:
+        ph = [tc.placeholder(x.shape, name=x.name, dtype=x.dtype) for x in case.inputs]
+        out = case.tecomp(*ph)
+        H = tc.placeholder(tuple(out.shape), name="head", dtype=out.dtype)
+        diff = [p for p, x in zip(ph, case.inputs) if x.diff]
+        grads = tc.gradient(out, diff, head=H)
+        t0 = time.perf_counter()
+        fwd = tc.build(out, ph)
+        t1 = time.perf_counter()
+        grad = tc.build(grads, ph + [H])
+        t2 = time.perf_counter()
+    finally:
+        jit.UNROLL = saved
+    return fwd, grad, t1 - t0, t2 - t1
+
+
+def _close(got, want) -> bool:
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    for g, w in zip(got, want):
+        scale = max(1.0, float(np.abs(w).max(initial=0.0)))
+        if float(np.abs(np.asarray(g, np.float64) - w).max(initial=0.0)) / scale > 1e-3:
+            return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
+    args = ap.parse_args(argv)
+    if args.threads == 1 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+    import platform
+
+    from tecomp.host import describe
+
+    h = describe()
+    print(f"# {platform.processor() or platform.machine()}, {h.vector_bits}-bit vectors, "
+          f"{args.threads} thread(s), medians of {args.reps} rounds")
+    print("| case | compile on | compile off | fwd on | fwd off/on | grad on | grad off/on |")
+    print("|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    ratios: dict[str, list[float]] = {"compile": [], "fwd": [], "grad": []}
+    wanted = [c for c in args.cases.split(",") if c]
+    for case in all_cases():
+        if case.suite != "default" or (wanted and not any(w in case.name for w in wanted)):
+            continue
+        arrays = case.arrays(rng)
+        built = {v: _build(case, u) for v, u in VARIANTS.items()}
+        fwd0, grad0 = built["unroll on"][:2]
+        head = np.ones(tuple(int(d) for d in fwd0(*arrays).shape), np.float32) \
+            if np.ndim(fwd0(*arrays)) else np.float32(1.0)
+        want_f, want_g = fwd0(*arrays), grad0(*arrays, head)
+        fns = {}
+        for v, (fwd, grad, _, _) in built.items():
+            fwd.threads = grad.threads = args.threads
+            assert _close(fwd(*arrays), want_f) and _close(grad(*arrays, head), want_g), \
+                (case.name, v)
+            fns[f"{v} fwd"] = lambda k=fwd, a=arrays: k(*a)
+            fns[f"{v} grad"] = lambda k=grad, a=arrays, h=head: k(*a, h)
+        times = round_robin(fns, args.reps, 0.1)
+        c_on = sum(built["unroll on"][2:])
+        c_off = sum(built["unroll off"][2:])
+        f_on, g_on = times["unroll on fwd"][0], times["unroll on grad"][0]
+        rf, rg = times["unroll off fwd"][0] / f_on, times["unroll off grad"][0] / g_on
+        ratios["compile"].append(c_off / c_on)
+        ratios["fwd"].append(rf)
+        ratios["grad"].append(rg)
+        print(f"| {case.name} | {c_on:.2f} s | {c_off:.2f} s | {f_on * 1e3:.2f} ms | {rf:.3f} "
+              f"| {g_on * 1e3:.2f} ms | {rg:.3f} |", flush=True)
+    geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items() if v}
+    print(f"\ngeometric mean, off / on: compile {geo.get('compile', 0):.3f}, "
+          f"forward {geo.get('fwd', 0):.3f}, gradient {geo.get('grad', 0):.3f}")
+
+
+if __name__ == "__main__":
+    main()
