@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from . import expr as E
 from .loopir import Buffer, BufferLoad, For, Seq, Store
-from .stmt_functor import expr_vars as free_vars
+from .stmt_functor import expr_children
 
 __all__ = ["OPS", "lane_count", "lane_index", "vector_form"]
 
@@ -43,22 +43,47 @@ def lane_count(s: For) -> int | None:
     return n if 2 <= n <= 64 else None
 
 
-def _coefficient(e: E.Expr, v: E.Var) -> int | None:
+class Uses:
+    """``uses(e)``: whether the expression ``e`` reads the variable ``v`` -- each node
+    looked at once, however often the rules below ask about its subtrees (asking
+    ``v in expr_vars(e)`` at every level walked a deep value quadratically)."""
+
+    __slots__ = ("v", "memo")
+
+    def __init__(self, v: E.Var) -> None:
+        self.v = v
+        self.memo: dict[int, tuple[bool, E.Expr]] = {}  # by id; the node kept alive
+
+    def __call__(self, e: E.Expr) -> bool:
+        found = self.memo.get(id(e))
+        if found is not None:
+            return found[0]
+        if type(e) is E.Var:
+            out = e == self.v
+        else:
+            out = any(self(c) for c in expr_children(e))
+        self.memo[id(e)] = (out, e)
+        return out
+
+
+def _coefficient(e: E.Expr, v: E.Var, uses: Uses | None = None) -> int | None:
     """0 when ``e`` does not use ``v``, 1 when it is ``v + (terms free of v)``, else None."""
-    if v not in free_vars(e):
+    uses = uses or Uses(v)
+    if not uses(e):
         return 0
     if e == v:
         return 1
     if isinstance(e, E.Add):
-        a, b = _coefficient(e.a, v), _coefficient(e.b, v)
+        a, b = _coefficient(e.a, v, uses), _coefficient(e.b, v, uses)
         return None if a is None or b is None or a + b != 1 else 1
     if isinstance(e, E.Sub):
-        a, b = _coefficient(e.a, v), _coefficient(e.b, v)
+        a, b = _coefficient(e.a, v, uses), _coefficient(e.b, v, uses)
         return 1 if a == 1 and b == 0 else None
     return None
 
 
-def _contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var) -> bool:
+def _contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var,
+                uses: Uses | None = None) -> bool:
     """Whether consecutive ``v`` address consecutive elements: the last index, after any
     trailing zeros into dimensions of extent 1 (``W[o, c, 0, 0]``), moves by one, the
     others not at all."""
@@ -66,45 +91,49 @@ def _contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var) -> bool:
            and isinstance(buf.shape[len(indices) - 1], E.Const)
            and buf.shape[len(indices) - 1].value == 1):
         indices = indices[:-1]
-    return bool(indices) and _coefficient(indices[-1], v) == 1 and all(
-        _coefficient(x, v) == 0 for x in indices[:-1])
+    uses = uses or Uses(v)
+    return bool(indices) and _coefficient(indices[-1], v, uses) == 1 and all(
+        _coefficient(x, v, uses) == 0 for x in indices[:-1])
 
 
-def _vectorisable(e: E.Expr, v: E.Var, dtype: str) -> bool:
-    if v not in free_vars(e):
+def _vectorisable(e: E.Expr, v: E.Var, dtype: str, uses: Uses) -> bool:
+    if not uses(e):
         return True
     if e.dtype != dtype:
         return False
     if isinstance(e, BufferLoad):
-        return e.buffer.dtype == dtype and _contiguous(e.buffer, e.indices, v)
+        return e.buffer.dtype == dtype and _contiguous(e.buffer, e.indices, v, uses)
     if type(e) in OPS or isinstance(e, (E.Max, E.Min)):
-        return _vectorisable(e.a, v, dtype) and _vectorisable(e.b, v, dtype)
+        return _vectorisable(e.a, v, dtype, uses) and _vectorisable(e.b, v, dtype, uses)
     if isinstance(e, E.Neg):
-        return _vectorisable(e.a, v, dtype)
+        return _vectorisable(e.a, v, dtype, uses)
     if isinstance(e, E.Select):
-        return (_condition(e.cond, v) and _vectorisable(e.t, v, dtype)
-                and _vectorisable(e.f, v, dtype))
+        return (_condition(e.cond, v, uses) and _vectorisable(e.t, v, dtype, uses)
+                and _vectorisable(e.f, v, dtype, uses))
     return False
 
 
-def _condition(e: E.Expr, v: E.Var) -> bool:
+def _condition(e: E.Expr, v: E.Var, uses: Uses) -> bool:
     """A per-lane condition: comparisons of integer lane indices (``j0 + jj <= i``) or of
     vectorisable floats, joined by ``&``/``|``."""
-    if v not in free_vars(e):
+    if not uses(e):
         return True
     if isinstance(e, (E.And, E.Or)):
-        return _condition(e.a, v) and _condition(e.b, v)
+        return _condition(e.a, v, uses) and _condition(e.b, v, uses)
     if not isinstance(e, E.CmpOp):
         return False
     if e.a.dtype == "int64" and e.b.dtype == "int64":
-        return _coefficient(e.a, v) is not None and _coefficient(e.b, v) is not None
+        return (_coefficient(e.a, v, uses) is not None
+                and _coefficient(e.b, v, uses) is not None)
     return (e.a.dtype == e.b.dtype and e.a.dtype in _FLOAT
-            and _vectorisable(e.a, v, e.a.dtype) and _vectorisable(e.b, v, e.b.dtype))
+            and _vectorisable(e.a, v, e.a.dtype, uses)
+            and _vectorisable(e.b, v, e.b.dtype, uses))
 
 
-def lane_index(e: E.Expr, v: E.Var) -> int | None:
-    """The coefficient (0 or 1) of the lane ``v`` in the integer index ``e``, or None."""
-    return _coefficient(e, v)
+def lane_index(e: E.Expr, v: E.Var, uses: Uses | None = None) -> int | None:
+    """The coefficient (0 or 1) of the lane ``v`` in the integer index ``e``, or None
+    (``uses``: a :class:`Uses` of ``v`` to share between calls)."""
+    return _coefficient(e, v, uses)
 
 
 def _stores(s: For) -> list[Store] | None:
@@ -121,11 +150,13 @@ def vector_form(s: For) -> tuple[int, list[Store]] | None:
     stores = _stores(s) if n is not None else None
     if n is None or stores is None:
         return None
+    uses = Uses(s.var)
     for st in stores:
         dt = st.buffer.dtype
         if dt not in _FLOAT or st.reduce not in (None, "sum"):
             return None
-        if not _contiguous(st.buffer, st.indices, s.var) or not _vectorisable(st.value, s.var, dt):
+        if not _contiguous(st.buffer, st.indices, s.var, uses) \
+                or not _vectorisable(st.value, s.var, dt, uses):
             return None
     return n, stores
 

@@ -16,9 +16,8 @@ from typing import Any
 from llvmlite import ir
 
 from ... import expr as E
-from ...lanes import OPS, lane_index, vector_form
+from ...lanes import OPS, Uses, lane_index, vector_form
 from ...loopir import BufferLoad, For
-from ...stmt_functor import expr_vars
 from . import types as T
 
 
@@ -30,6 +29,7 @@ def emit_lanes(em: Any, s: For) -> bool:
         return False
     n, stores = form
     lo = em.index(s.lo)
+    uses = Uses(s.var)
     saved = em.env.get(s.var)
     em.env[s.var] = lo
     try:
@@ -37,7 +37,7 @@ def emit_lanes(em: Any, s: For) -> bool:
             em.forget()
             dt = st.buffer.dtype
             vt = ir.VectorType(T.reg_type(dt), n)
-            value = _vector(em, st.value, s.var, dt, vt)
+            value = _vector(em, st.value, uses, dt, vt)
             ptr = em.address(st.buffer, st.indices)
             if st.reduce == "sum":
                 old = em.b.load(ptr, typ=vt, align=T.elem_size(dt))
@@ -51,9 +51,10 @@ def emit_lanes(em: Any, s: For) -> bool:
     return True
 
 
-def _vector(em: Any, e: E.Expr, v: E.Var, dtype: str, vt: ir.VectorType) -> ir.Value:
+def _vector(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType) -> ir.Value:
+    """``e`` at every lane of ``uses.v``, as a vector of type ``vt``."""
     b = em.b
-    if v not in expr_vars(e):
+    if not uses(e):
         scalar = em.emit(e, dtype)
         one = b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(T.I32, 0))
         mask = ir.Constant(ir.VectorType(T.I32, vt.count), [0] * vt.count)
@@ -61,15 +62,15 @@ def _vector(em: Any, e: E.Expr, v: E.Var, dtype: str, vt: ir.VectorType) -> ir.V
     if isinstance(e, BufferLoad):
         return b.load(em.address(e.buffer, e.indices), typ=vt, align=T.elem_size(dtype))
     if isinstance(e, E.Neg):
-        return b.fneg(_vector(em, e.a, v, dtype, vt), flags=T.FAST)
+        return b.fneg(_vector(em, e.a, uses, dtype, vt), flags=T.FAST)
     if isinstance(e, E.Select):
-        return b.select(_mask(em, e.cond, v, vt.count), _vector(em, e.t, v, dtype, vt),
-                        _vector(em, e.f, v, dtype, vt))
+        return b.select(_mask(em, e.cond, uses, vt.count), _vector(em, e.t, uses, dtype, vt),
+                        _vector(em, e.f, uses, dtype, vt))
     if isinstance(e, (E.Max, E.Min)):  # NaN-propagating, as the scalar rule
-        x, y = _vector(em, e.a, v, dtype, vt), _vector(em, e.b, v, dtype, vt)
+        x, y = _vector(em, e.a, uses, dtype, vt), _vector(em, e.b, uses, dtype, vt)
         return T.intrinsic(b, "maximum" if isinstance(e, E.Max) else "minimum", [x, y])
     op = OPS[type(e)]
-    x, y = _vector(em, e.a, v, dtype, vt), _vector(em, e.b, v, dtype, vt)
+    x, y = _vector(em, e.a, uses, dtype, vt), _vector(em, e.b, uses, dtype, vt)
     return getattr(b, op)(x, y, flags=T.FAST)
 
 
@@ -80,11 +81,11 @@ def _splat(em: Any, scalar: ir.Value, n: int) -> ir.Value:
                                ir.Constant(ir.VectorType(T.I32, n), [0] * n))
 
 
-def _lane_ints(em: Any, e: E.Expr, v: E.Var, n: int) -> ir.Value:
+def _lane_ints(em: Any, e: E.Expr, uses: Uses, n: int) -> ir.Value:
     """The integer index ``e`` at every lane: its lane-0 value, plus the lane number when
-    ``e`` moves with the lane (``v`` is bound to the first lane)."""
+    ``e`` moves with the lane (``uses.v`` is bound to the first lane)."""
     base = _splat(em, em.index(e), n)
-    if lane_index(e, v) == 0:
+    if lane_index(e, uses.v, uses) == 0:
         return base
     step = ir.Constant(ir.VectorType(T.I64, n), list(range(n)))
     return em.b.add(base, step)
@@ -93,17 +94,17 @@ def _lane_ints(em: Any, e: E.Expr, v: E.Var, n: int) -> ir.Value:
 _SIGNED = {E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=", E.EQ: "==", E.NE: "!="}
 
 
-def _mask(em: Any, c: E.Expr, v: E.Var, n: int) -> ir.Value:
+def _mask(em: Any, c: E.Expr, uses: Uses, n: int) -> ir.Value:
     """A per-lane condition as a vector of ``i1``."""
     b = em.b
-    if v not in expr_vars(c):
+    if not uses(c):
         return _splat(em, em.emit(c, "bool"), n)
     if isinstance(c, (E.And, E.Or)):
-        x, y = _mask(em, c.a, v, n), _mask(em, c.b, v, n)
+        x, y = _mask(em, c.a, uses, n), _mask(em, c.b, uses, n)
         return b.and_(x, y) if isinstance(c, E.And) else b.or_(x, y)
     op = _SIGNED[type(c)]
     if c.a.dtype == "int64":
-        return b.icmp_signed(op, _lane_ints(em, c.a, v, n), _lane_ints(em, c.b, v, n))
+        return b.icmp_signed(op, _lane_ints(em, c.a, uses, n), _lane_ints(em, c.b, uses, n))
     vt = ir.VectorType(T.reg_type(c.a.dtype), n)
-    x, y = _vector(em, c.a, v, c.a.dtype, vt), _vector(em, c.b, v, c.b.dtype, vt)
+    x, y = _vector(em, c.a, uses, c.a.dtype, vt), _vector(em, c.b, uses, c.b.dtype, vt)
     return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
