@@ -1,8 +1,12 @@
-"""A/B of LLVM's loop unroller (``tecomp.codegen.llvm.jit.UNROLL``) on the CPU benchmark's
-default suite: compile time and kernel time of each program's forward and gradient, built
-with the unroller on and off in one process.
+"""A/B of LLVM pipeline settings on the CPU benchmark's default suite: compile time and
+kernel time of each program's forward and gradient, built both ways in one process.
 
-    python -m benchmarks.ab_llvm_pipeline [--reps 9] [--threads 1] [--cases conv,attention]
+* ``--variant unroll``: LLVM's loop unroller (``tecomp.codegen.llvm.jit.UNROLL``) on / off;
+* ``--variant O2``: the O3 pipeline / the O2 pipeline (no non-trivial loop unswitching,
+  argument promotion or call-site splitting), code generation unchanged.
+
+    python -m benchmarks.ab_llvm_pipeline [--variant unroll] [--reps 9] [--threads 1]
+                                          [--cases conv,attention]
 
 Each build runs with the in-process kernel and body caches cleared and the persistent cache
 off, so both variants compile everything; *compile* is the wall time of ``tc.build``.
@@ -32,14 +36,23 @@ from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import jit, parts  # noqa: E402
 
-VARIANTS = {"unroll on": True, "unroll off": False}
+
+def _switch(variant: str, base: bool):
+    """Set ``variant`` to its base (True) or other setting; return the undo."""
+    if variant == "unroll":
+        saved = jit.UNROLL
+        jit.UNROLL = base
+        return lambda: setattr(jit, "UNROLL", saved)
+    optimise = jit.optimise
+    if not base:
+        jit.optimise = lambda mod, speed_level=3, host=None: optimise(mod, 2, host)
+    return lambda: setattr(jit, "optimise", optimise)
 
 
-def _build(case, unroll: bool):
-    """Forward and gradient kernels of ``case`` with the unroller ``unroll``, and the
-    seconds their builds took."""
-    saved = jit.UNROLL
-    jit.UNROLL = unroll
+def _build(case, variant: str, base: bool):
+    """Forward and gradient kernels of ``case`` with ``variant`` at its base or other
+    setting, and the seconds their builds took."""
+    undo = _switch(variant, base)
     KERNELS.clear()
     parts.BODIES.clear()
     try:
@@ -54,7 +67,7 @@ def _build(case, unroll: bool):
         grad = tc.build(grads, ph + [H])
         t2 = time.perf_counter()
     finally:
-        jit.UNROLL = saved
+        undo()
     return fwd, grad, t1 - t0, t2 - t1
 
 
@@ -70,6 +83,7 @@ def _close(got, want) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variant", choices=("unroll", "O2"), default="unroll")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
@@ -83,7 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     h = describe()
     print(f"# {platform.processor() or platform.machine()}, {h.vector_bits}-bit vectors, "
           f"{args.threads} thread(s), medians of {args.reps} rounds")
-    print("| case | compile on | compile off | fwd on | fwd off/on | grad on | grad off/on |")
+    a, b = ("on", "off") if args.variant == "unroll" else ("O3", "O2")
+    print(f"| case | compile {a} | compile {b} | fwd {a} | fwd {b}/{a} | grad {a} "
+          f"| grad {b}/{a} |")
     print("|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     ratios: dict[str, list[float]] = {"compile": [], "fwd": [], "grad": []}
@@ -92,8 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         if case.suite != "default" or (wanted and not any(w in case.name for w in wanted)):
             continue
         arrays = case.arrays(rng)
-        built = {v: _build(case, u) for v, u in VARIANTS.items()}
-        fwd0, grad0 = built["unroll on"][:2]
+        built = {v: _build(case, args.variant, v == "base") for v in ("base", "other")}
+        fwd0, grad0 = built["base"][:2]
         head = np.ones(tuple(int(d) for d in fwd0(*arrays).shape), np.float32) \
             if np.ndim(fwd0(*arrays)) else np.float32(1.0)
         want_f, want_g = fwd0(*arrays), grad0(*arrays, head)
@@ -105,17 +121,17 @@ def main(argv: list[str] | None = None) -> None:
             fns[f"{v} fwd"] = lambda k=fwd, a=arrays: k(*a)
             fns[f"{v} grad"] = lambda k=grad, a=arrays, h=head: k(*a, h)
         times = round_robin(fns, args.reps, 0.1)
-        c_on = sum(built["unroll on"][2:])
-        c_off = sum(built["unroll off"][2:])
-        f_on, g_on = times["unroll on fwd"][0], times["unroll on grad"][0]
-        rf, rg = times["unroll off fwd"][0] / f_on, times["unroll off grad"][0] / g_on
+        c_on = sum(built["base"][2:])
+        c_off = sum(built["other"][2:])
+        f_on, g_on = times["base fwd"][0], times["base grad"][0]
+        rf, rg = times["other fwd"][0] / f_on, times["other grad"][0] / g_on
         ratios["compile"].append(c_off / c_on)
         ratios["fwd"].append(rf)
         ratios["grad"].append(rg)
         print(f"| {case.name} | {c_on:.2f} s | {c_off:.2f} s | {f_on * 1e3:.2f} ms | {rf:.3f} "
               f"| {g_on * 1e3:.2f} ms | {rg:.3f} |", flush=True)
     geo = {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in ratios.items() if v}
-    print(f"\ngeometric mean, off / on: compile {geo.get('compile', 0):.3f}, "
+    print(f"\ngeometric mean, {b} / {a}: compile {geo.get('compile', 0):.3f}, "
           f"forward {geo.get('fwd', 0):.3f}, gradient {geo.get('grad', 0):.3f}")
 
 

@@ -202,9 +202,10 @@ class StmtMutator:
 class _Subst(StmtMutator):
     def __init__(self, mapping: Mapping[E.Var, E.Expr]) -> None:
         self.mapping = mapping
+        self.memo: dict = {}  # one for the whole statement: nodes its expressions share
 
     def mutate_expr(self, e: E.Expr) -> E.Expr:
-        return subst_expr(e, self.mapping)
+        return subst_expr(e, self.mapping, self.memo)
 
 
 def subst(s: Stmt, mapping: Mapping[E.Var, E.Expr]) -> Stmt:
