@@ -3,15 +3,18 @@ kernel time of each program's forward and gradient, built both ways in one proce
 
 * ``--variant unroll``: LLVM's loop unroller (``tecomp.codegen.llvm.jit.UNROLL``) on / off;
 * ``--variant O2``: the O3 pipeline / the O2 pipeline (no non-trivial loop unswitching,
-  argument promotion or call-site splitting), code generation unchanged.
+  argument promotion or call-site splitting), code generation unchanged;
+* ``--variant fold``: the emitter's folding of constant integer arithmetic and its short
+  forms of ``//`` and ``%`` by positive constants on / off
+  (``tecomp.codegen.llvm.emit_expr.int_constant``).
 
     python -m benchmarks.ab_llvm_pipeline [--variant unroll] [--reps 9] [--threads 1]
                                           [--cases conv,attention]
 
-Each build runs with the in-process kernel and body caches cleared and the persistent cache
-off, so both variants compile everything; *compile* is the wall time of ``tc.build``.
-Results are checked against the unroller-on build, and the kernels are timed round-robin in
-one process (medians; one thread pinned to one CPU by default).
+Each build runs with the in-process kernel, body and bounds-proof caches cleared and the
+persistent cache off, so both variants compile everything; *compile* is the wall time of
+``tc.build``.  Results are checked against the first variant's build, and the kernels are
+timed round-robin in one process (medians; one thread pinned to one CPU by default).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from benchmarks.bench_cpu_cases import all_cases  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import jit, parts  # noqa: E402
+from tecomp.proof_cache import PROVEN  # noqa: E402
 
 
 def _switch(variant: str, base: bool):
@@ -43,6 +47,13 @@ def _switch(variant: str, base: bool):
         saved = jit.UNROLL
         jit.UNROLL = base
         return lambda: setattr(jit, "UNROLL", saved)
+    if variant == "fold":
+        from tecomp.codegen.llvm import emit_expr
+
+        found = emit_expr.int_constant
+        if not base:
+            emit_expr.int_constant = lambda v: None
+        return lambda: setattr(emit_expr, "int_constant", found)
     optimise = jit.optimise
     if not base:
         jit.optimise = lambda mod, speed_level=3, host=None: optimise(mod, 2, host)
@@ -55,6 +66,7 @@ def _build(case, variant: str, base: bool):
     undo = _switch(variant, base)
     KERNELS.clear()
     parts.BODIES.clear()
+    PROVEN.clear()  # the bounds proofs too: the second build must not find the first's
     try:
         ph = [tc.placeholder(x.shape, name=x.name, dtype=x.dtype) for x in case.inputs]
         out = case.tecomp(*ph)
@@ -83,7 +95,7 @@ def _close(got, want) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", choices=("unroll", "O2"), default="unroll")
+    ap.add_argument("--variant", choices=("unroll", "O2", "fold"), default="unroll")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
@@ -97,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     h = describe()
     print(f"# {platform.processor() or platform.machine()}, {h.vector_bits}-bit vectors, "
           f"{args.threads} thread(s), medians of {args.reps} rounds")
-    a, b = ("on", "off") if args.variant == "unroll" else ("O3", "O2")
+    a, b = ("O3", "O2") if args.variant == "O2" else ("on", "off")
     print(f"| case | compile {a} | compile {b} | fwd {a} | fwd {b}/{a} | grad {a} "
           f"| grad {b}/{a} |")
     print("|---|---|---|---|---|---|---|")

@@ -136,13 +136,39 @@ def test_floordiv_mod_negative_operands(dtype):
     assert r.tolist() == [w[1] for w in want]
 
 
-@pytest.mark.parametrize("divisor", [-7, -2, -1, 1, 3, 32])
-def test_floordiv_mod_constant_divisor(divisor):
-    a = np.arange(-70, 71, dtype=np.int64)
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("divisor", [-7, -2, -1, 1, 2, 3, 8, 32, 1 << 20, 1000003])
+def test_floordiv_mod_constant_divisor(divisor, dtype):
+    info = np.iinfo(dtype)
+    extremes = [info.min + 1, info.max, info.max - 1, -(1 << 20) - 1, (1 << 20) + 1]
+    if divisor != -1:  # INT_MIN // -1 wraps (test_int_min_divided_by_minus_one_does_not_trap)
+        extremes.append(info.min)
+    a = np.concatenate([np.arange(-70, 71), extremes]).astype(dtype)
     q = check(lambda i, a: a // divisor, [a])
     r = check(lambda i, a: a % divisor, [a])
     assert q.tolist() == [x // divisor for x in a.tolist()]
     assert r.tolist() == [x % divisor for x in a.tolist()]
+
+
+def test_constant_integer_arithmetic_is_folded_when_emitted():
+    """``x + 0``, ``x * 1`` and constant-by-constant terms leave no instruction of their own,
+    and ``//``/``%`` by a positive constant no guard for a zero or -1 divisor."""
+    from tecomp.codegen.llvm.emit import emit_module
+
+    n = tc.var("n")
+    x = tc.placeholder((n,), name="x", dtype="int64")
+    y = tc.compute((n,), lambda i: (x[i] * 1 + 0) // 8 + x[i] % 16 + (i * 1 + 0) * (3 * 4),
+                   name="y")
+    text = str(emit_module(lower_elementwise(y, [x])))
+    assert text.count("sdiv i64") == 2 and text.count("srem i64") == 2
+    assert "icmp eq i64 8, 0" not in text and "i64 1, i64 8" not in text
+    lines = [line.strip() for line in text.splitlines()]
+    assert not [x for x in lines if x.startswith("%") and (
+        "= mul" in x and x.endswith(", 1") or "= add" in x and x.endswith(", 0")
+        or "i64 3, i64 4" in x or " 3, 4" in x)]
+    a = np.arange(-40, 41, dtype=np.int64)
+    got = build_kernel(lower_elementwise(y, [x]))(a)
+    assert got.tolist() == [v // 8 + v % 16 + i * 12 for i, v in enumerate(a.tolist())]
 
 
 def test_floordiv_of_index_flattening():
