@@ -129,7 +129,7 @@ def _machine(host: Host | None = None) -> Any:
         target = binding().Target.from_triple(st["triple"])
         tm = machines[features] = target.create_target_machine(
             cpu=st["cpu"], features=features, opt=3, codemodel="jitdefault")
-        st.setdefault("tms", []).append(tm)  # every one made (what tests ask: "any?")
+        st["tms"] = st.get("tms", 0) + 1  # how many were made (tests ask: any?)
     return tm
 
 
