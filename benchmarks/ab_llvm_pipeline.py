@@ -6,7 +6,9 @@ kernel time of each program's forward and gradient, built both ways in one proce
   argument promotion or call-site splitting), code generation unchanged;
 * ``--variant fold``: the emitter's folding of constant integer arithmetic and its short
   forms of ``//`` and ``%`` by positive constants on / off
-  (``tecomp.codegen.llvm.emit_expr.int_constant``).
+  (``tecomp.codegen.llvm.emit_expr.int_constant``);
+* ``--variant k2``: four reduction steps a trip of the register tiles' loop / two
+  (``tecomp.passes.schedule.cpu.microkernel.K_UNROLL``).
 
     python -m benchmarks.ab_llvm_pipeline [--variant unroll] [--reps 9] [--threads 1]
                                           [--cases conv,attention]
@@ -47,6 +49,13 @@ def _switch(variant: str, base: bool):
         saved = jit.UNROLL
         jit.UNROLL = base
         return lambda: setattr(jit, "UNROLL", saved)
+    if variant == "k2":
+        from tecomp.passes.schedule.cpu import microkernel
+
+        steps = microkernel.K_UNROLL
+        if not base:
+            microkernel.K_UNROLL = 2
+        return lambda: setattr(microkernel, "K_UNROLL", steps)
     if variant == "fold":
         from tecomp.codegen.llvm import emit_expr
 
@@ -95,7 +104,7 @@ def _close(got, want) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", choices=("unroll", "O2", "fold"), default="unroll")
+    ap.add_argument("--variant", choices=("unroll", "O2", "fold", "k2"), default="unroll")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names")
@@ -109,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     h = describe()
     print(f"# {platform.processor() or platform.machine()}, {h.vector_bits}-bit vectors, "
           f"{args.threads} thread(s), medians of {args.reps} rounds")
-    a, b = ("O3", "O2") if args.variant == "O2" else ("on", "off")
+    a, b = {"O2": ("O3", "O2"), "k2": ("k4", "k2")}.get(args.variant, ("on", "off"))
     print(f"| case | compile {a} | compile {b} | fwd {a} | fwd {b}/{a} | grad {a} "
           f"| grad {b}/{a} |")
     print("|---|---|---|---|---|---|---|")

@@ -147,3 +147,37 @@ def test_threads_never_share_a_target_machine_or_pass_builder():
     (tm_a, pb_a, tm_a2, pb_a2), (tm_b, pb_b, _, _) = made["a"], made["b"]
     assert tm_a is tm_a2 and pb_a is pb_a2
     assert tm_a is not tm_b and pb_a is not pb_b
+
+
+def test_a_forked_child_compiles_on_a_pool_of_its_own(rng):
+    """After fork the parent's compile threads are gone: the child makes its own pool
+    (a submit to the inherited one would wait for ever) and compiles kernels in parts."""
+    import os
+    import signal
+    import time
+
+    x, w, y, z = _dense_program(23)
+    tc.build(z, [x, w])  # the parent's pool has threads now (on more than one core)
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            cx, cw, cy, cz = _dense_program(29)
+            kern = tc.build(cz, [cx, cw])
+            a = np.ones((29, 96), np.float32)
+            b = np.full((80, 96), 0.01, np.float32)
+            ok = bool(kern._entry.parts) and np.allclose(kern(a, b), np.tanh(a @ b.T),
+                                                         rtol=1e-4, atol=1e-5)
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child did not finish compiling")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
