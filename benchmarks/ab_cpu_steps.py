@@ -1,4 +1,4 @@
-"""A/B of eight steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of nine steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -12,7 +12,9 @@
 * ``column_split``: column blocks across threads when the rows fit in fewer blocks than
   cores (``gemm_dot._split_columns``; only with ``--threads`` above 1);
 * ``k_inner``: panels gathered through divisions copied with the reduction innermost
-  (``microkernel._divided``).
+  (``microkernel._divided``);
+* ``shared_pads``: one zero-bordered copy of a tensor for every stage that pads it along
+  the same dimensions (``pad_windows.SHARE_COPIES``; off: a copy per stage).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -40,7 +42,7 @@ import tecomp as tc  # noqa: E402
 from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
-from tecomp.passes import phase_split  # noqa: E402
+from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, vector_sums  # noqa: E402
 
 
@@ -64,6 +66,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "rows_once": patch([(microkernel, "ROWS_BEFORE_COLUMNS", False)]),
         "column_split": patch([(gemm_dot, "_split_columns", lambda *a, **k: None)]),
         "k_inner": patch([(microkernel, "_divided", lambda *a, **k: False)]),
+        "shared_pads": patch([(pad_windows, "SHARE_COPIES", False)]),
     }
 
 
@@ -86,7 +89,9 @@ def programs():
              ("image_rows", "column_split")),
             ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums",)),
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
-             ("rows", "vector_sums", "rows_once"))):
+             ("rows", "vector_sums", "rows_once", "shared_pads")),
+            ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
+             ("shared_pads",))):
         Y, grads, fins, gins = _conv(*spec)
         yield f"{name} fwd", [Y], fins, steps + ("k_unroll",)
         yield f"{name} grad", grads, gins, steps + ("k_unroll",)

@@ -52,14 +52,58 @@ from .flatten_sum import Reads, const_int, insert_stages
 from .lower_stage import upper
 
 _FLOATS = ("float32", "float64")
+#: whether stages share the padded copies of a tensor (:func:`pad_windows`; the A/B of
+#: ``benchmarks/ab_cpu_steps.py`` switches it off)
+SHARE_COPIES = True
 
 
 def pad_windows(stages: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
                 inlined: set[int], *, max_inner: int = 64, max_box: int = 8) -> list[Tensor]:
     """Widen the clipped windows that qualify (module docstring); returns the stage list with
-    the padded copies inserted before their readers (``exprs`` updated in place)."""
+    the padded copies inserted before their readers (``exprs`` updated in place).
+
+    Stages that pad the same tensor along the same dimensions share one copy, bordered
+    for all of them: a first walk over the stages collects the index span each needs, the
+    second makes the copy (before the first stage that reads it) over the union of those
+    spans, and every reader offsets its indices by the copy's border.  A transposed
+    convolution's weight gradient is four phase stages that each pad ``H`` by one row or
+    column on a different side: one 34 x 34 copy (and one polyphase copy of it, see
+    :mod:`.schedule.cpu.strided`) instead of four of each."""
+    copies = _Copies()
+    for t in stages:  # the spans every qualifying stage needs
+        if id(t) not in inlined and isinstance(t.op, ComputeOp):
+            _plan(t, exprs[id(t)][0], max_inner, max_box, copies)
+    copies.collecting = False
     return insert_stages(stages, exprs, inlined,
-                         lambda t, body: _plan(t, body, max_inner, max_box))
+                         lambda t, body: _plan(t, body, max_inner, max_box, copies))
+
+
+class _Copies:
+    """The zero-bordered copies of one :func:`pad_windows` call, shared by the stages that
+    pad one tensor along the same dimensions: while ``collecting``, the index spans each
+    dimension needs (their union); then the copies made, by tensor and dimensions."""
+
+    def __init__(self) -> None:
+        self.collecting = True
+        self.spans: dict[tuple[int, frozenset[int]], dict[int, tuple[int, int]]] = {}
+        self.made: dict[tuple[int, frozenset[int]], tuple[Tensor, list[int]]] = {}
+
+    def need(self, read: E.TensorRead, dims: set[int], ranges: dict) -> bool:
+        """Record the spans ``read`` needs in ``dims`` (False: one is not computable)."""
+        spans = {}
+        for dim in dims:
+            span = _span(read.indices[dim], ranges)
+            if span is None:
+                return False
+            spans[dim] = span
+        found = self.spans.setdefault((id(read.tensor), frozenset(dims)), {})
+        for dim, (lo, hi) in spans.items():
+            old = found.get(dim)
+            found[dim] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        return True
+
+    def union(self, read: E.TensorRead, dims: set[int]) -> dict[int, tuple[int, int]] | None:
+        return self.spans.get((id(read.tensor), frozenset(dims)))
 
 
 def _factors(e: E.Expr) -> list[E.Expr]:
@@ -85,7 +129,7 @@ def _affine(e: E.Expr, names: set[E.Var]) -> tuple[int, dict[E.Var, int]] | None
     return const, {v: c for v, c in coef.items() if c}
 
 
-def _plan(t: Tensor, body: E.Expr, max_inner: int, max_box: int):
+def _plan(t: Tensor, body: E.Expr, max_inner: int, max_box: int, copies: _Copies):
     if not (isinstance(body, E.Reduce) and body.combiner == "sum" and body.where is None):
         return None
     if t.dtype not in _FLOATS or any(isinstance(x, E.Reduce) for x in walk(body.body)):
@@ -118,14 +162,28 @@ def _plan(t: Tensor, body: E.Expr, max_inner: int, max_box: int):
             shifts[ax.var] = E.add(ax.var, shift)
     if not pads:
         return None
+    if copies.collecting:
+        for read, dims in pads.items():
+            copies.need(substitute(read, shifts), dims, ranges)
+        return None
     names = {v.name for v in free_vars(body)} | {ax.var.name for ax in t.op.axes + body.axes}
-    mapping, new = {}, []
+    mapping, new, made = {}, [], {}
     for read, dims in pads.items():
-        copy, at = _padded(substitute(read, shifts), dims, ranges, names)
-        if copy is None:
-            return None
-        new.append(copy)
-        mapping[substitute(read, shifts)] = at
+        moved = substitute(read, shifts)
+        key = (id(moved.tensor), frozenset(dims))
+        found = (copies.made.get(key) or made.get(key)) if SHARE_COPIES else None
+        if found is None:
+            found = _padded(moved, dims, ranges, names,
+                            copies.union(moved, dims) if SHARE_COPIES else None)
+            if found[0] is None:
+                return None
+            made[key] = found
+            new.append(found[0])
+        copy, offsets = found
+        mapping[moved] = E.TensorRead(copy, tuple(
+            E.add(i, E.Const(off, "int64")) if off else i
+            for i, off in zip(moved.indices, offsets)), moved.dtype)
+    copies.made.update(made)  # only now: a stage that fails above adds no copy
     summand = Reads(mapping).visit(substitute(body.body, shifts))
     if shifts:  # t + (2*j - 1) - 2*j + 1 -> t: the shifted reads' indices collected again
         summand = _Collect(set(ranges)).visit(summand)
@@ -315,9 +373,12 @@ def _span(e: E.Expr, ranges: dict[E.Var, tuple[int, int]],
     return min(values), max(values)
 
 
-def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
+def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str],
+            spans: dict[int, tuple[int, int]] | None = None):
     """The zero-bordered copy of ``read``'s tensor over the index ranges the widened box
-    reaches in ``dims``, and the read of it that replaces ``read``."""
+    reaches in ``dims`` (or the wider ``spans`` of every stage that shares the copy), and
+    the offsets to add to the indices of a read of it; ``(None, None)`` when a range is not
+    computable."""
     src = read.tensor
     shape, offsets = [], []
     for dim, idx in enumerate(read.indices):
@@ -327,6 +388,8 @@ def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
             offsets.append(0)
             continue
         span = _span(idx, ranges)
+        if span is not None and spans is not None and dim in spans:
+            span = (min(span[0], spans[dim][0]), max(span[1], spans[dim][1]))
         if span is None or n is None:
             return None, None
         lo, hi = span
@@ -353,6 +416,4 @@ def _padded(read: E.TensorRead, dims: set[int], ranges: dict, names: set[str]):
     name = fresh_name(f"{src.name}_pad", names)
     names.add(name)
     copy = Tensor(name, tuple(ax.extent for ax in own), src.dtype, ComputeOp(tuple(own), value))
-    index = tuple(E.add(i, E.Const(off, "int64")) if off else i
-                  for i, off in zip(read.indices, offsets))
-    return copy, E.TensorRead(copy, index, read.dtype)
+    return copy, offsets

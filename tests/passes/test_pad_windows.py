@@ -135,3 +135,27 @@ def test_strided_weight_gradient_is_one_flat_row_of_kernel_columns():
         want = tc.evaluate([dW], dict(zip([X, W, H], arrays)))[0]
         np.testing.assert_allclose(tc.build(dW, [X, W, H])(*arrays), want,
                                    rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_stages_that_pad_one_tensor_share_one_copy(rng, both):
+    """A stride-2 transposed convolution's weight gradient is four phase stages, each padding
+    ``H`` by a row or column on another side: one copy bordered for all of them (and the
+    input gradient's too), read at each stage's offset, with the evaluator's results."""
+    X = tc.placeholder((2, 4, 6, 6), name="X")
+    W = tc.placeholder((4, 3, 4, 4), name="W")
+    Y = tc.ops.conv_transpose2d(X, W, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    gX, gW = tc.gradient(Y, [X, W], head=H)
+    outs = [gX, gW] if both else [gW]
+    text = _cpu_text(outs, [X, W, H])
+    assert text.count("allocate H_pad") == 1, text
+    assert "H_pad: float32[2, 3, 14, 14]" in text  # 12 x 12, one zero row and column each side
+    func, consts = pipeline.lower(outs, [X, W, H], target_name="llvm")
+    arrays = _arrays([X, W, H], rng)
+    want = tc.evaluate(outs, dict(zip([X, W, H], arrays)))
+    for g, w in zip(run(func, arrays, constants=consts), want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4)
+    kern = tc.build(outs, [X, W, H])
+    for g, w in zip(kern(*arrays), want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
