@@ -188,19 +188,9 @@ def test_threaded_calls_in_a_forked_child(rng):
             ok = all(np.array_equal(kern(a), a * 3) for _ in range(5))
         finally:
             os._exit(0 if ok else 1)
-    import signal
-    import time
+    from forked import wait_for
 
-    deadline = time.monotonic() + 60
-    while True:  # a hung child (a lock held across fork) fails the test instead of hanging it
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child did not finish its threaded calls")
-        time.sleep(0.01)
+    status = wait_for(pid, 60, "the forked child did not finish its threaded calls")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     np.testing.assert_array_equal(kern(a), a * 3)
 

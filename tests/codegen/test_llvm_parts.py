@@ -153,8 +153,8 @@ def test_a_forked_child_compiles_on_a_pool_of_its_own(rng):
     """After fork the parent's compile threads are gone: the child makes its own pool
     (a submit to the inherited one would wait for ever) and compiles kernels in parts."""
     import os
-    import signal
-    import time
+
+    from forked import wait_for
 
     x, w, y, z = _dense_program(23)
     tc.build(z, [x, w])  # the parent's pool has threads now (on more than one core)
@@ -170,14 +170,5 @@ def test_a_forked_child_compiles_on_a_pool_of_its_own(rng):
                                                          rtol=1e-4, atol=1e-5)
         finally:
             os._exit(0 if ok else 1)
-    deadline = time.monotonic() + 120
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child did not finish compiling")
-        time.sleep(0.01)
+    status = wait_for(pid, 120, "the forked child did not finish compiling")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
