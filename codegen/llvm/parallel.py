@@ -69,12 +69,14 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
                                      else T.PTR for c in captured])
     shared = em.bodies.get(key)
     if shared is None:
+        body_type = ir.FunctionType(T.I32, [T.PTR] * len(bufs) + [x.type for _, x in vals]
+                                    + [T.I64] * 4)
         if em.sink is not None:  # a module of its own, compiled apart (and cached) by the sink
-            symbol = em.sink.body(key, lambda mod, name: _body(mod, name, s, bufs, vals, step))
-            arg_types = [T.PTR] * len(bufs) + [x.type for _, x in vals] + [T.I64] * 4
-            body_fn = ir.Function(module, ir.FunctionType(T.I32, arg_types), symbol)
+            symbol = em.sink.body(
+                key, lambda mod, name: _body(mod, name, body_type, s, bufs, vals, step))
+            body_fn = ir.Function(module, body_type, symbol)
         else:
-            body_fn = _body(module, base, s, bufs, vals, step)
+            body_fn = _body(module, base, body_type, s, bufs, vals, step)
             body_fn.linkage = "internal"
         chunk = _chunk(module, base, body_fn, ctx_type, len(captured))
         em.bodies[key] = (body_fn, chunk)
@@ -103,15 +105,14 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     b.position_at_end(cont)
 
 
-def _body(module: ir.Module, name: str, s: For, bufs: list, vals: list,
-          step: ir.Constant) -> ir.Function:
-    """The body function ``name`` in ``module`` of the parallel loop ``s`` over the buffers
-    ``bufs`` and the values ``vals`` of the enclosing scope (pairs of the IR object and its
-    LLVM value)."""
+def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs: list,
+          vals: list, step: ir.Constant) -> ir.Function:
+    """The body function ``name`` (of type ``body_type``) in ``module`` of the parallel loop
+    ``s`` over the buffers ``bufs`` and the values ``vals`` of the enclosing scope (pairs of
+    the IR object and its LLVM value)."""
     from .emit import StmtEmitter, symbol_name
 
-    arg_types = [T.PTR] * len(bufs) + [x.type for _, x in vals] + [T.I64] * 4
-    body_fn = ir.Function(module, ir.FunctionType(T.I32, arg_types), name)
+    body_fn = ir.Function(module, body_type, name)
     sub = StmtEmitter(body_fn)
     for (buf, _), arg in zip(bufs, body_fn.args):
         arg.name = symbol_name(buf.name)
