@@ -38,6 +38,8 @@ from .jit import (
     compile_object,
     disk_key,
     load_object,
+    store_code,
+    stored_source,
     target_key,
 )
 from .layout import pooled_buffers, symbol_name
@@ -129,10 +131,9 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         out.pooled = pooled_buffers(emitted)
         if store is not None:
             record = _pooled_record(out.pooled)
-            store.put(key, {"object": out.object_code,
-                            **({"parts": " ".join(b.name for b in out.parts)} if out.parts else {}),
-                            **({"pooled": record} if record is not None else {})})
-            store.put(source_key(key), {"source": out.main_source})
+            store_code(store, key, out.object_code, out.main_source,
+                       **({"parts": " ".join(b.name for b in out.parts)} if out.parts else {}),
+                       **({"pooled": record} if record is not None else {}))
         return out
 
     def _load_stored(entry: Mapping[str, Any], key: str) -> JitFunction | None:
@@ -150,7 +151,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
             pooled = pooled_buffers(_schedule(func, threads))
         try:
             out = load_object(entry["object"], symbol_name(func.name),
-                              _joined_source(_stored_source(store, key), bodies),
+                              _joined_source(stored_source(store, key), bodies),
                               symbols={b.name: b.address for b in bodies})
         except CompileError:
             return None
@@ -198,24 +199,6 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     if cache is None:
         return build()
     return cache.get_or_compile(memory_key, build)
-
-
-def source_key(key: str) -> str:
-    """The disk key of the optimised IR of the kernel stored under ``key``: an entry of its
-    own, so that loading the machine code does not decompress megabytes of text."""
-    import hashlib
-
-    return hashlib.sha256(f"{key}|source".encode()).hexdigest()
-
-
-def _stored_source(store: Any, key: str) -> Callable[[], str]:
-    """A function that reads the IR of the kernel stored under ``key`` (a missing entry
-    reads as a note)."""
-    def read() -> str:
-        found = store.get(source_key(key))
-        text = found.get("source") if found is not None else None
-        return text if isinstance(text, str) else "; the optimised IR is not in the cache\n"
-    return read
 
 
 def _joined_source(main: str | Callable[[], str],

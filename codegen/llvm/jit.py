@@ -176,6 +176,30 @@ def disk_key(memory_key: str) -> str:
     return hashlib.sha256(f"{memory_key}|{versions}|{code_version()}".encode()).hexdigest()
 
 
+def source_key(key: str) -> str:
+    """The disk key of the optimised IR of the code stored under ``key``: an entry of its
+    own, so that loading the machine code does not decompress megabytes of text."""
+    import hashlib
+
+    return hashlib.sha256(f"{key}|source".encode()).hexdigest()
+
+
+def store_code(store: Any, key: str, obj: bytes, source: str, **extra: str) -> None:
+    """Put object code under ``key`` (with the ``extra`` records) and its IR beside it."""
+    store.put(key, {"object": obj, **extra})
+    store.put(source_key(key), {"source": source})
+
+
+def stored_source(store: Any, key: str) -> Callable[[], str]:
+    """A function that reads the IR of the code stored under ``key`` (a missing entry reads
+    as a note)."""
+    def read() -> str:
+        found = store.get(source_key(key))
+        text = found.get("source") if found is not None else None
+        return text if isinstance(text, str) else "; the optimised IR is not in the cache\n"
+    return read
+
+
 def code_version() -> str:
     """A digest of this backend's own source (:func:`~tecomp.codegen.target.source_digest`),
     so that a changed code generator never reuses machine code an older one stored on disk.

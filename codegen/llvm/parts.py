@@ -28,7 +28,6 @@ it), and LLVM sees it alone, as it would an internal function it did not inline.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
@@ -37,7 +36,16 @@ from typing import Any, Callable
 from llvmlite import ir
 
 from ...host import Host
-from .jit import JitFunction, compile_object, compile_pool, disk_key, load_object, target_key
+from .jit import (
+    JitFunction,
+    compile_object,
+    compile_pool,
+    disk_key,
+    load_object,
+    store_code,
+    stored_source,
+    target_key,
+)
 
 #: loaded bodies by symbol, the most recently used last
 BODIES: OrderedDict[str, JitFunction] = OrderedDict()
@@ -54,12 +62,6 @@ def body_symbol(key: str, speed_level: int, host: Host | None) -> str:
 
 def _disk_key(symbol: str) -> str:
     return symbol.removeprefix("tecomp_body_")
-
-
-def _source_key(symbol: str) -> str:
-    """The persistent-cache key of the body's optimised IR (an entry of its own, read only
-    when ``kernel.source`` is asked for)."""
-    return hashlib.sha256(f"{_disk_key(symbol)}|source".encode()).hexdigest()
 
 
 def _remember(symbol: str, fn: JitFunction) -> None:
@@ -83,16 +85,10 @@ def load(symbol: str, store: Any) -> JitFunction | None:
     entry = store.get(_disk_key(symbol))
     if entry is None or not isinstance(entry.get("object"), bytes):
         return None
-
-    def source() -> str:
-        found = store.get(_source_key(symbol))
-        text = found.get("source") if found is not None else None
-        return text if isinstance(text, str) else "; the optimised IR is not in the cache\n"
-
     from ...errors import CompileError
 
     try:
-        fn = load_object(entry["object"], symbol, source)
+        fn = load_object(entry["object"], symbol, stored_source(store, _disk_key(symbol)))
     except CompileError:
         return None
     _remember(symbol, fn)
@@ -140,8 +136,7 @@ class Parts:
             fn = load_object(obj, symbol, source)
             _remember(symbol, fn)
             if self.store is not None:
-                self.store.put(_disk_key(symbol), {"object": obj})
-                self.store.put(_source_key(symbol), {"source": source})
+                store_code(self.store, _disk_key(symbol), obj, source)
             out[symbol] = fn
         return out
 
