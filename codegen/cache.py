@@ -59,13 +59,18 @@ def remember_digest(func: LoweredFunc, digest: str) -> None:
     _last_digest[0] = (func, digest)
 
 
-def structural_lines(root: Any) -> list[str]:
+def structural_lines(root: Any,
+                     written: Callable[[Any, Callable[[Any], str]], str | None] | None = None
+                     ) -> list[str]:
     """A text of ``root`` listing every distinct node once, children by number.
 
     Nodes are frozen dataclasses (expressions, statements, buffers); ``repr`` would print a
     shared subexpression once per use, which is exponential on deep DAGs such as gradients.
     Here each node object gets a number on first visit (``#k``) and later uses refer to it;
     numbering follows a deterministic depth-first order, so equal programs give equal texts.
+    ``written(node, ref)``, when given, may write a node its own way (``ref`` writes a
+    child): a text, or None for the default (the LLVM backend's loop bodies number their
+    variables and buffers instead of naming them, :func:`.llvm.parallel.body_key`).
     """
     lines: list[str] = []
     number: dict[int, int] = {}
@@ -75,10 +80,13 @@ def structural_lines(root: Any) -> list[str]:
         if is_dataclass(x) and not isinstance(x, type):
             k = number.get(id(x))
             if k is None:
-                parts = [f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))]
+                text = written(x, ref) if written is not None else None
+                if text is None:
+                    parts = [f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))]
+                    text = f"{type(x).__name__}({', '.join(parts)})"
                 k = number[id(x)] = len(lines)
                 keep.append(x)
-                lines.append(f"{type(x).__name__}({', '.join(parts)})")
+                lines.append(text)
             return f"#{k}"
         if isinstance(x, tuple):
             return "(" + ", ".join(ref(y) for y in x) + ")"

@@ -29,13 +29,13 @@ given.  A shared body is marked ``noinline`` so that its call sites do not copy 
 
 from __future__ import annotations
 
-from dataclasses import is_dataclass
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ...expr import Var, field_names
+from ...expr import Var
 from ...loopir import Buffer, For
+from ..cache import structural_lines
 from . import runtime
 from . import types as T
 
@@ -140,9 +140,6 @@ def body_key(s: For, buffers: dict, env: dict) -> tuple[str, list[Buffer], list[
     is called with the second loop's buffers and values in the listed order.  Which of the
     numbered names are arguments is part of the text.
     """
-    lines: list[str] = []
-    number: dict[int, int] = {}
-    keep: list = []  # visited objects stay alive so that their ids stay unique
     names: dict[object, int] = {}
     used_bufs: list[Buffer] = []
     used_vars: list[Var] = []
@@ -153,31 +150,18 @@ def body_key(s: For, buffers: dict, env: dict) -> tuple[str, list[Buffer], list[
             k = names[x] = len(names)
         return k
 
-    def ref(x: object) -> str:
-        if type(x) is tuple:
-            return "(" + ", ".join(ref(y) for y in x) + ")"
-        if not is_dataclass(x) or isinstance(x, type):
-            return repr(x)
-        k = number.get(id(x))
-        if k is not None:
-            return f"#{k}"
+    def written(x: object, ref) -> str | None:
         if type(x) is Var:
-            text = f"Var({name(x)}, {x.dtype!r})"
             if x in env and x != s.var and x not in used_vars:
                 used_vars.append(x)
-        elif type(x) is Buffer:
-            text = (f"Buffer({name(x)}, {ref(x.shape)}, {x.dtype!r}, {x.scope!r})")
+            return f"Var({name(x)}, {x.dtype!r})"
+        if type(x) is Buffer:
             if x in buffers and x not in used_bufs:
                 used_bufs.append(x)
-        else:
-            parts = [f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))]
-            text = f"{type(x).__name__}({', '.join(parts)})"
-        number[id(x)] = len(lines)
-        keep.append(x)
-        lines.append(text)
-        return f"#{len(lines) - 1}"
+            return f"Buffer({name(x)}, {ref(x.shape)}, {x.dtype!r}, {x.scope!r})"
+        return None
 
-    ref(s)
+    lines = structural_lines(s, written)
     lines.append("bufs " + " ".join(str(names[b]) for b in used_bufs))
     lines.append("vars " + " ".join(str(names[v]) for v in used_vars))
     return "\n".join(lines), used_bufs, used_vars
