@@ -88,19 +88,16 @@ class _Copies:
         self.spans: dict[tuple[int, frozenset[int]], dict[int, tuple[int, int]]] = {}
         self.made: dict[tuple[int, frozenset[int]], tuple[Tensor, list[int]]] = {}
 
-    def need(self, read: E.TensorRead, dims: set[int], ranges: dict) -> bool:
-        """Record the spans ``read`` needs in ``dims`` (False: one is not computable)."""
-        spans = {}
-        for dim in dims:
-            span = _span(read.indices[dim], ranges)
-            if span is None:
-                return False
-            spans[dim] = span
+    def need(self, read: E.TensorRead, dims: set[int], ranges: dict) -> None:
+        """Record the spans ``read`` needs in ``dims`` (nothing when one is not computable:
+        that stage will not be padded)."""
+        spans = {dim: _span(read.indices[dim], ranges) for dim in dims}
+        if None in spans.values():
+            return
         found = self.spans.setdefault((id(read.tensor), frozenset(dims)), {})
         for dim, (lo, hi) in spans.items():
             old = found.get(dim)
             found[dim] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-        return True
 
     def union(self, read: E.TensorRead, dims: set[int]) -> dict[int, tuple[int, int]] | None:
         return self.spans.get((id(read.tensor), frozenset(dims)))

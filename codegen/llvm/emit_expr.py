@@ -44,6 +44,7 @@ Reductions and tensor reads must have been lowered away; meeting one raises
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 from llvmlite import ir
@@ -84,7 +85,7 @@ def _wrapped(x: int, bits: int) -> int:
     return x - (1 << bits) if x >> (bits - 1) else x
 
 
-_FOLD = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y}
+_FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
 
 
 def int_op(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, flags: tuple = ()) -> ir.Value:
