@@ -1,4 +1,4 @@
-"""A/B of nine steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of ten steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -14,7 +14,9 @@
 * ``k_inner``: panels gathered through divisions copied with the reduction innermost
   (``microkernel._divided``);
 * ``shared_pads``: one zero-bordered copy of a tensor for every stage that pads it along
-  the same dimensions (``pad_windows.SHARE_COPIES``; off: a copy per stage).
+  the same dimensions (``pad_windows.SHARE_COPIES``; off: a copy per stage);
+* ``in_place``: a sliding window over rows a multiple of the vector wide read where it lies,
+  its tile loop over whole windows (``microkernel.IN_PLACE``; off: packed panels).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -67,14 +69,15 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "column_split": patch([(gemm_dot, "_split_columns", lambda *a, **k: None)]),
         "k_inner": patch([(microkernel, "_divided", lambda *a, **k: False)]),
         "shared_pads": patch([(pad_windows, "SHARE_COPIES", False)]),
+        "in_place": patch([(microkernel, "IN_PLACE", False)]),
     }
 
 
-def _conv(n, c, f, hw, r, stride, pad, transposed=False):
+def _conv(n, c, f, hw, r, stride, pad, transposed=False, dilation=1):
     X = tc.placeholder((n, c, hw, hw), name="X")
     W = tc.placeholder((c, f, r, r) if transposed else (f, c, r, r), name="W")
     op = tc.ops.conv_transpose2d if transposed else tc.ops.conv2d
-    Y = op(X, W, stride=stride, padding=pad)
+    Y = op(X, W, stride=stride, padding=pad, dilation=dilation)
     H = tc.placeholder(Y.shape, name="H")
     return Y, tc.gradient(Y, [X, W], head=H), [X, W], [X, W, H]
 
@@ -82,16 +85,19 @@ def _conv(n, c, f, hw, r, stride, pad, transposed=False):
 def programs():
     """(name, outputs, inputs, steps it is measured against)."""
     for name, spec, steps in (
-            ("conv3x3 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 1), ("image_rows", "vector_sums")),
+            ("conv3x3 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 1),
+             ("image_rows", "vector_sums", "in_place")),
             ("conv3x3/2 8x64x32x32->128", (8, 64, 128, 32, 3, 2, 1),
-             ("phases", "rows", "vector_sums", "column_split", "k_inner")),
+             ("phases", "rows", "vector_sums", "column_split", "k_inner", "in_place")),
+            ("conv3x3/2 8x128x16x16->256", (8, 128, 256, 16, 3, 2, 1), ("in_place",)),
             ("conv1x1 8x256x16x16->64", (8, 256, 64, 16, 1, 1, 0),
-             ("image_rows", "column_split")),
+             ("image_rows", "column_split", "in_place")),
+            ("conv3x3 d2 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 2, False, 2), ("in_place",)),
             ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums",)),
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
-             ("rows", "vector_sums", "rows_once", "shared_pads")),
+             ("rows", "vector_sums", "rows_once", "shared_pads", "in_place")),
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
-             ("shared_pads",))):
+             ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
         yield f"{name} fwd", [Y], fins, steps + ("k_unroll",)
         yield f"{name} grad", grads, gins, steps + ("k_unroll",)

@@ -64,6 +64,8 @@ from . import microkernel
 from .dot import match_dot
 from .flat_loops import linear_nest
 from .microkernel import (
+    aligned_read,
+    by_period,
     clamp_blocks,
     fresh_var,
     index_const,
@@ -71,8 +73,10 @@ from .microkernel import (
     pack_rows,
     row_operand,
     tile_shape,
+    window_in_place,
+    window_period,
 )
-from .tile import const_extent, plus, split_end
+from .tile import const_extent, plus, seq, split_end
 
 _BYTES = {"float32": 4, "float64": 8}
 
@@ -145,6 +149,10 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     def upto(v: E.Var, n: int, hi: E.Expr) -> E.Expr:
         return E.minimum(E.add(v, index_const(n)), hi)
 
+    w = window_in_place(x, j, k, col.lo, width, nr)  # None: pack the panel
+    period = 1 if w is None else _whole_periods(upd.value, kloop, k)
+    if period > 1:  # slices of whole periods: every trip of by_period starts one
+        kc_ = max(period, kc_ // period * period)
     ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, col.hi)
     panel = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
                    (index_const(nc // nr), index_const(kc_), index_const(nr)), x.dtype, "temp")
@@ -153,20 +161,31 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     last = E.compare(E.GE, E.add(kc, index_const(kc_)), kloop.hi)
     iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
 
-    def value(col_e: E.Expr, strip: E.Expr, lane: E.Expr) -> E.Expr:
-        v = replace_expr(upd.value, x, BufferLoad(panel, (strip, E.sub(k, kc), lane), x.dtype))
+    def value(col_e: E.Expr, strip: E.Expr, lane: E.Expr, start: E.Expr | None = None) -> E.Expr:
+        """The update at column ``col_e`` (``lane`` of the panel's ``strip``; ``start``: the
+        first column of the vector, when the panel is read in place)."""
+        if w is None:
+            v = replace_expr(upd.value, x, BufferLoad(panel, (strip, E.sub(k, kc), lane),
+                                                      x.dtype))
+        else:
+            v = upd.value if start is None else replace_expr(
+                upd.value, x, aligned_read(x, j, w, start, jj))
         return subst_expr(v, {j: col_e})
 
     def tile(rows: int) -> tuple[Stmt, list[For]]:
         t = Buffer(fresh_name("acc", trial), (index_const(rows), index_const(nr)), dt, "local")
         trial.add(t.name)
         zero, load, add, done, keep = [], [], [], [], []
-        v = value(E.add(j0, jj), E.floordiv(E.sub(j0, jc), index_const(nr)), jj)
+        strip = E.floordiv(E.sub(j0, jc), index_const(nr))
+        vs = {h: value(E.add(j0, plus(jj, h)), strip, plus(jj, h), plus(j0, h))
+              for h in range(0, nr, width)}
         for r in range(rows):
             for h in range(0, nr, width):
                 lane = plus(jj, h)
-                sub = {i: plus(i0, r), jj: lane}
-                dst = tuple(subst_expr(e, sub | {j: E.add(j0, lane)}) for e in fin.indices)
+                sub = {i: plus(i0, r)}
+                v = vs[h]
+                dst = tuple(subst_expr(e, sub | {jj: lane, j: E.add(j0, lane)})
+                            for e in fin.indices)
                 here = (index_const(r), lane)
                 cur = BufferLoad(t, here, dt)
                 zero.append(Store(t, here, E.Const(0.0, dt)))
@@ -177,7 +196,8 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 keep.append(Store(fin.buffer, dst, cur))
         loops = [For(jj, index_const(0), index_const(width), Seq(tuple(s)), kind="lanes")
                  for s in (zero, load, add, done, keep)]
-        body = Seq((IfThenElse(first, loops[0], loops[1]), For(k, kc, khi, loops[2]),
+        steps = by_period(k, kc, khi, loops[2], period, trial) or For(k, kc, khi, loops[2])
+        body = Seq((IfThenElse(first, loops[0], loops[1]), steps,
                     IfThenElse(last, loops[3], loops[4])))
         return Allocate(t, body), loops
 
@@ -222,24 +242,37 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
             step=mr),
         For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), one_columns)))))
     names |= trial
-    packs = [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names, width)]
-    if rows_panel is not None:
-        packs.append(pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names))
-    ks_loop = For(kc, kloop.lo, kloop.hi, Seq((*packs, tiles)), step=kc_)
+    packs = [] if w is not None else [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names,
+                                                  width)]
+    row_pack = [] if rows_panel is None else [
+        pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names)]
+
+    def held(buf: Buffer | None, body: Stmt) -> Stmt:
+        return body if buf is None else Allocate(buf, body)
+
+    panel_held = None if w is not None else panel
+    ks_loop = For(kc, kloop.lo, kloop.hi, seq(packs + row_pack + [tiles]), step=kc_)
     if by_columns is not None:  # the column blocks are the parallel loop (_split_columns)
-        body: Stmt = Allocate(panel, For(ic, loop.lo, loop.hi, ks_loop, step=mc))
-        if rows_panel is not None:
-            body = Allocate(rows_panel, body)
-        return For(jc, col.lo, col.hi, body, step=nc, kind=loop.kind)
+        body: Stmt = held(panel_held, For(ic, loop.lo, loop.hi, ks_loop, step=mc))
+        return For(jc, col.lo, col.hi, held(rows_panel, body), step=nc, kind=loop.kind)
     if rows_panel is not None and microkernel.ROWS_BEFORE_COLUMNS:
         # the rows' copy, made once per slice for all column blocks
-        body = Allocate(panel, For(kc, kloop.lo, kloop.hi, Seq((packs[1], For(
-            jc, col.lo, col.hi, Seq((packs[0], tiles)), step=nc))), step=kc_))
+        body = held(panel_held, For(kc, kloop.lo, kloop.hi, Seq((row_pack[0], For(
+            jc, col.lo, col.hi, seq(packs + [tiles]), step=nc))), step=kc_))
         return For(ic, loop.lo, loop.hi, Allocate(rows_panel, body), step=mc, kind=loop.kind)
-    body = Allocate(panel, For(jc, col.lo, col.hi, ks_loop, step=nc))
-    if rows_panel is not None:
-        body = Allocate(rows_panel, body)
-    return For(ic, loop.lo, loop.hi, body, step=mc, kind=loop.kind)
+    body = held(panel_held, For(jc, col.lo, col.hi, ks_loop, step=nc))
+    return For(ic, loop.lo, loop.hi, held(rows_panel, body), step=mc, kind=loop.kind)
+
+
+def _whole_periods(value: E.Expr, kloop: For, k: E.Var) -> int:
+    """The window period of ``value`` in ``k`` (:func:`.microkernel.window_period`) when the
+    reduction's constant bounds are whole periods, else 1."""
+    period = window_period(value, k)
+    lo, hi = kloop.lo, kloop.hi
+    if period > 1 and isinstance(lo, E.Const) and isinstance(hi, E.Const) and (
+            int(lo.value) % period == 0 and int(hi.value) % period == 0):
+        return period
+    return 1
 
 
 def _split_columns(loop: For, host: Host, itemsize: int, mr: int, nr: int, cores: int,

@@ -56,6 +56,7 @@ from tecomp.stmt_functor import (
     eval_int,
     expr_children,
     expr_vars,
+    rebuild_expr,
     replace_expr,
     subst,
     subst_expr,
@@ -67,6 +68,10 @@ from .tile import const_extent, plus, split_end
 #: copy a packed row operand once per slice of ``k``, before the column blocks (module doc);
 #: False: once per column block, inside them (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
 ROWS_BEFORE_COLUMNS = True
+
+#: read a sliding window's image in place instead of packing it (:func:`window_in_place`);
+#: False: always pack (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+IN_PLACE = True
 
 
 def vector_registers(host: Host) -> int:
@@ -229,28 +234,79 @@ def _row_width(x: BufferLoad, j: E.Var, least: int) -> int | None:
     return w if w >= least else None
 
 
+def window_in_place(x: BufferLoad, j: E.Var, k: E.Var, jlo: E.Expr, width: int,
+                    nr: int) -> int | None:
+    """The image row width ``w`` when the tiles may read the panel read ``x`` where it
+    lies instead of from a packed copy (:data:`IN_PLACE`), else None.
+
+    ``x`` must read a flattened image through a sliding window (``X[.., j // w + ry, j % w +
+    rx]``: ``j`` in the last index through ``j % w`` with unit coefficient, a reduction
+    variable beside it), with ``w`` a multiple of the vector width and the column range
+    starting at a multiple of it.  Every tile then starts at a multiple of the width, so
+    each of its vectors lies inside one image row: for ``j = s + jj`` (``s`` the vector's
+    first column, ``0 <= jj < width``), ``j // w = s // w`` and ``j % w = s % w + jj``
+    exactly, and the vector is ``width`` consecutive elements of the image (read by
+    :func:`aligned_read`).  The window's overlapping rows and taps then hit the cache
+    lines of the step before, where the packed copy held each of a 3x3 window's nine
+    shifted copies of the image."""
+    if not IN_PLACE or not isinstance(jlo, E.Const) or int(jlo.value) % width:
+        return None
+    w = _row_width(x, j, max(8, nr // 2))
+    if w is None or w % width or not x.indices:
+        return None
+    last = _terms(x.indices[-1])
+    rem = E.Mod(j, index_const(w), j.dtype)
+    if rem not in last or not any(k in expr_vars(t) for t in last):
+        return None
+    start, lane = E.Var("start", j.dtype), E.Var("lane", j.dtype)
+    probe = aligned_read(x, j, w, start, lane)
+    if j in expr_vars(probe) or any(lane in expr_vars(e) for e in probe.indices[:-1]):
+        return None
+    moving = [t for t in _terms(probe.indices[-1]) if lane in expr_vars(t)]
+    return w if moving == [lane] else None
+
+
+def aligned_read(x: BufferLoad, j: E.Var, w: int, start: E.Expr, lane: E.Expr) -> BufferLoad:
+    """``x`` at ``j = start + lane`` for a ``start`` that is a multiple of the vector width
+    and a lane inside that vector, when ``w`` is a multiple of the width
+    (:func:`window_in_place`): ``j // w`` becomes ``start // w``, ``j % w`` becomes
+    ``start % w + lane``."""
+    quot = E.FloorDiv(j, index_const(w), j.dtype)
+    rem = E.Mod(j, index_const(w), j.dtype)
+    row = E.floordiv(start, index_const(w))
+    col = E.add(E.mod(start, index_const(w)), lane)
+    return BufferLoad(x.buffer, tuple(replace_expr(replace_expr(e, quot, row), rem, col)
+                                      for e in x.indices), x.dtype)
+
+
 def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                 kc: E.Var, khi: E.Expr, jc: E.Var, jhi: E.Expr, mr: int, nr: int,
                 width: int, panels: list[tuple[BufferLoad, Buffer]],
                 names: set[str],
-                rows: tuple[E.Expr, Buffer] | None = None) -> Stmt | None:
+                rows: tuple[E.Expr, Buffer] | None = None,
+                in_place: tuple[tuple[BufferLoad, int], ...] = ()) -> Stmt | None:
     """One block's computation as register tiles (module doc), or None when the tile's
     update is not a lane loop the backend emits as vectors.  ``st`` is the update
     ``C[.., i, .., j] += v(i, k, j)``; ``width`` the lanes of one vector register (``nr``
     a multiple of it); ``panels`` the packed reads and their buffers; ``rows`` the row
     operand (:func:`row_operand`) and its packed copy (:func:`pack_rows`), which the whole
-    tiles' rows read instead."""
+    tiles' rows read instead; ``in_place`` the panel reads the tiles read where they lie
+    (:func:`window_in_place`), each with its image row width."""
     i0, j0 = fresh_var(f"{i.name}0", names), fresh_var(f"{j.name}0", names)
     jj = fresh_var("jj", names)
     dt = st.buffer.dtype
     iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
 
-    def value_at(col: E.Expr, strip: E.Expr, lane: E.Expr, packed: bool) -> E.Expr:
+    def value_at(col: E.Expr, strip: E.Expr, lane: E.Expr, packed: bool,
+                 start: E.Expr | None = None) -> E.Expr:
         """The update's value at column ``col``, held at ``lane`` of the panel's ``strip``
-        (``packed``: the row operand from its packed copy)."""
+        (``packed``: the row operand from its packed copy; ``start``: the first column of
+        the vector ``col`` lies in, for the reads made in place)."""
         v = st.value
         for x, buf in panels:
             v = replace_expr(v, x, BufferLoad(buf, (strip, E.sub(k, kc), lane), x.dtype))
+        for x, w in in_place if start is not None else ():
+            v = replace_expr(v, x, aligned_read(x, j, w, start, jj))
         if packed and rows is not None:
             a, buf = rows
             at = (E.floordiv(E.sub(i0, ic), index_const(mr)), E.sub(k, kc), E.sub(i, i0))
@@ -266,17 +322,19 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
         acc = Buffer(fresh_name("acc", names), (index_const(nrows), index_const(nr)), dt,
                      "local")
         names.add(acc.name)
-        tile_value = value_at(E.add(j0, jj), tile_strip, jj, nrows == mr)
+        values = {h: value_at(E.add(j0, plus(jj, h)), tile_strip, plus(jj, h), nrows == mr,
+                              plus(j0, h)) for h in range(0, nr, width)}
         loads, updates, stores = [], [], []
         for r in range(nrows):
             for h in range(0, nr, width):  # one statement per vector register of the tile
                 lane = plus(jj, h)
-                row = {i: plus(i0, r), jj: lane}
-                dst = tuple(subst_expr(e, row | {j: E.add(j0, lane)}) for e in st.indices)
+                row = {i: plus(i0, r)}
+                dst = tuple(subst_expr(e, row | {jj: lane, j: E.add(j0, lane)})
+                            for e in st.indices)
                 here = (index_const(r), lane)
                 loads.append(Store(acc, here, BufferLoad(st.buffer, dst, dt)))
                 updates.append(Store(acc, here, E.add(BufferLoad(acc, here, dt),
-                                                      subst_expr(tile_value, row))))
+                                                      subst_expr(values[h], row))))
                 stores.append(Store(st.buffer, dst, BufferLoad(acc, here, dt)))
         update, first = lanes(updates), lanes(loads)
         steps = (_unrolled(k, kc, khi, update) if nrows == mr and rows is None
@@ -327,6 +385,123 @@ def _unrolled(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
     parts = [For(k, lo, mid, copies, step=u), For(k, mid, hi, body)]
     kept = tuple(x for x in parts if const_extent(x.lo, x.hi) != 0)
     return kept[0] if len(kept) == 1 else Seq(kept)
+
+
+#: the longest window period a tile's reduction loop is unrolled by (:func:`by_period`)
+MAX_PERIOD = 32
+
+
+def _affine(e: E.Expr, q: E.Var) -> tuple[int, int] | None:
+    """``(a, c)`` when the integer expression ``e`` is ``a * q + c`` (constants), else None."""
+    if e == q:
+        return 1, 0
+    if isinstance(e, E.Const) and not isinstance(e.value, (bool, float)):
+        return 0, int(e.value)
+    if isinstance(e, (E.Add, E.Sub, E.Mul)):
+        a, b = _affine(e.a, q), _affine(e.b, q)
+        if a is None or b is None:
+            return None
+        if isinstance(e, E.Add):
+            return a[0] + b[0], a[1] + b[1]
+        if isinstance(e, E.Sub):
+            return a[0] - b[0], a[1] - b[1]
+        if a[0] == 0 or b[0] == 0:
+            return a[0] * b[1] + b[0] * a[1], a[1] * b[1]
+    return None
+
+
+def _affine_expr(a: int, c: int, q: E.Var) -> E.Expr:
+    base = q if a == 1 else E.mul(index_const(a), q) if a else index_const(c)
+    return base if not a or not c else E.add(base, index_const(c))
+
+
+def fold_digits(e: E.Expr, q: E.Var) -> E.Expr:
+    """``e`` with every ``(a q + c) // d`` and ``(a q + c) % d`` whose divisor ``d > 0``
+    divides ``a`` folded, bottom-up: ``(a/d) q + c // d`` and ``c % d`` (exact for every
+    integer ``q``, floored as the IR's division is)."""
+    memo: dict[int, E.Expr] = {}
+
+    def go(x: E.Expr) -> E.Expr:
+        got = memo.get(id(x))
+        if got is not None:
+            return got
+        kids = expr_children(x)
+        out = x
+        if kids:
+            new = tuple(go(c) for c in kids)
+            if any(a is not b for a, b in zip(new, kids)):
+                out = (replace(x, indices=new) if isinstance(x, BufferLoad)
+                       else rebuild_expr(x, new))
+            if isinstance(out, (E.FloorDiv, E.Mod)) and isinstance(out.b, E.Const):
+                d, form = int(out.b.value), _affine(out.a, q)
+                if form is not None and d > 0 and form[0] % d == 0:
+                    a, c = form
+                    out = (_affine_expr(a // d, c // d, q) if isinstance(out, E.FloorDiv)
+                           else index_const(c % d))
+        memo[id(x)] = out
+        return out
+
+    return go(e)
+
+
+def window_period(value: E.Expr, k: E.Var) -> int:
+    """The least period ``P`` (at most :data:`MAX_PERIOD`) such that writing ``k = P q + t``
+    leaves no division or remainder of ``q`` in ``value`` for any constant ``0 <= t < P``
+    (a flattened 3x3 window's ``k // 9, k // 3 % 3, k % 3``: 9), or 1."""
+    divisors = {int(x.b.value) for x in walk_expr(value)
+                if isinstance(x, (E.FloorDiv, E.Mod)) and isinstance(x.b, E.Const)
+                and not isinstance(x.b.value, bool) and k in expr_vars(x.a)}
+    if not divisors:
+        return 1
+    period = 1
+    for d in divisors:
+        period = period * d // _gcd(period, d)
+    q = E.Var(f"{k.name}_q", k.dtype)
+    for p in sorted({period, *(d * e for d in divisors for e in divisors)}):
+        if p > MAX_PERIOD:
+            break
+        if all(not any(isinstance(x, (E.FloorDiv, E.Mod)) and q in expr_vars(x)
+                       for x in walk_expr(fold_digits(subst_expr(
+                           value, {k: _affine_expr(p, t, q)}), q)))
+               for t in range(p)):
+            return p
+    return 1
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def by_period(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt, period: int,
+              names: set[str]) -> Stmt | None:
+    """``for (k, lo, hi) body`` as trips over whole periods, ``k = period * q + t`` with the
+    ``period`` steps of a trip unrolled and their divisions of ``q`` folded
+    (:func:`fold_digits`): a flattened 3x3 window's ``X[.., k // 9, y + k // 3 % 3, x + k %
+    3]`` then costs one address per nine steps instead of two divisions a step.  ``lo`` and
+    ``hi`` must be multiples of ``period`` (the caller's slices are); None when not
+    provable here."""
+    if period <= 1:
+        return None
+    q = fresh_var(f"{k.name}_q", names)
+    P = index_const(period)
+    steps = []
+    for t in range(period):
+        step = subst(body, {k: _affine_expr(period, t, q)})
+        steps.append(_fold_stmt(step, q))
+    return For(q, E.floordiv(lo, P), E.floordiv(hi, P), Seq(tuple(steps)))
+
+
+def _fold_stmt(s: Stmt, q: E.Var) -> Stmt:
+    if isinstance(s, Seq):
+        return Seq(tuple(_fold_stmt(x, q) for x in s.stmts))
+    if isinstance(s, For):
+        return replace(s, body=_fold_stmt(s.body, q))
+    if isinstance(s, Store):
+        return replace(s, indices=tuple(fold_digits(e, q) for e in s.indices),
+                       value=fold_digits(s.value, q))
+    return s
 
 
 def row_operand(value: E.Expr, i: E.Var, j: E.Var, k: E.Var, out: Buffer) -> E.Expr | None:
