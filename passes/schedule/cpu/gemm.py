@@ -77,7 +77,6 @@ from .microkernel import (
     pack_rows,
     row_operand,
     tile_shape,
-    window_in_place,
 )
 from .tile import const_extent, match_row_loop, seq, split_end, unroll_rows
 
@@ -248,12 +247,8 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
         return E.minimum(E.add(v, E.Const(n, v.dtype)), hi)
 
     ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, inner.hi)
-    panels, in_place = [], []
+    panels = []
     for x in _panel_reads(st, i, k, j):
-        w = window_in_place(x, j, k, inner.lo, host.lanes(itemsize), nr)
-        if w is not None:
-            in_place.append((x, w))
-            continue
         buf = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
                      (E.Const(nc // nr, "int64"), E.Const(kc_, "int64"), E.Const(nr, "int64")),
                      x.dtype, "temp")
@@ -271,7 +266,7 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
         rows = (a, buf)
         ihi = upto(ic, mc, loop.hi)
     tiles = micro_tiles(st, i, k, j, ic, ihi, kc, khi, jc, jhi, mr, nr,
-                        host.lanes(itemsize), panels, trial, rows, tuple(in_place))
+                        host.lanes(itemsize), panels, trial, rows)
     if tiles is None:
         return None
     names |= trial

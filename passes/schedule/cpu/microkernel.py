@@ -283,30 +283,24 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                 kc: E.Var, khi: E.Expr, jc: E.Var, jhi: E.Expr, mr: int, nr: int,
                 width: int, panels: list[tuple[BufferLoad, Buffer]],
                 names: set[str],
-                rows: tuple[E.Expr, Buffer] | None = None,
-                in_place: tuple[tuple[BufferLoad, int], ...] = ()) -> Stmt | None:
+                rows: tuple[E.Expr, Buffer] | None = None) -> Stmt | None:
     """One block's computation as register tiles (module doc), or None when the tile's
     update is not a lane loop the backend emits as vectors.  ``st`` is the update
     ``C[.., i, .., j] += v(i, k, j)``; ``width`` the lanes of one vector register (``nr``
     a multiple of it); ``panels`` the packed reads and their buffers; ``rows`` the row
     operand (:func:`row_operand`) and its packed copy (:func:`pack_rows`), which the whole
-    tiles' rows read instead; ``in_place`` the panel reads the tiles read where they lie
-    (:func:`window_in_place`), each with its image row width."""
+    tiles' rows read instead."""
     i0, j0 = fresh_var(f"{i.name}0", names), fresh_var(f"{j.name}0", names)
     jj = fresh_var("jj", names)
     dt = st.buffer.dtype
     iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
 
-    def value_at(col: E.Expr, strip: E.Expr, lane: E.Expr, packed: bool,
-                 start: E.Expr | None = None) -> E.Expr:
+    def value_at(col: E.Expr, strip: E.Expr, lane: E.Expr, packed: bool) -> E.Expr:
         """The update's value at column ``col``, held at ``lane`` of the panel's ``strip``
-        (``packed``: the row operand from its packed copy; ``start``: the first column of
-        the vector ``col`` lies in, for the reads made in place)."""
+        (``packed``: the row operand from its packed copy)."""
         v = st.value
         for x, buf in panels:
             v = replace_expr(v, x, BufferLoad(buf, (strip, E.sub(k, kc), lane), x.dtype))
-        for x, w in in_place if start is not None else ():
-            v = replace_expr(v, x, aligned_read(x, j, w, start, jj))
         if packed and rows is not None:
             a, buf = rows
             at = (E.floordiv(E.sub(i0, ic), index_const(mr)), E.sub(k, kc), E.sub(i, i0))
@@ -322,19 +316,17 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
         acc = Buffer(fresh_name("acc", names), (index_const(nrows), index_const(nr)), dt,
                      "local")
         names.add(acc.name)
-        values = {h: value_at(E.add(j0, plus(jj, h)), tile_strip, plus(jj, h), nrows == mr,
-                              plus(j0, h)) for h in range(0, nr, width)}
+        tile_value = value_at(E.add(j0, jj), tile_strip, jj, nrows == mr)
         loads, updates, stores = [], [], []
         for r in range(nrows):
             for h in range(0, nr, width):  # one statement per vector register of the tile
                 lane = plus(jj, h)
-                row = {i: plus(i0, r)}
-                dst = tuple(subst_expr(e, row | {jj: lane, j: E.add(j0, lane)})
-                            for e in st.indices)
+                row = {i: plus(i0, r), jj: lane}
+                dst = tuple(subst_expr(e, row | {j: E.add(j0, lane)}) for e in st.indices)
                 here = (index_const(r), lane)
                 loads.append(Store(acc, here, BufferLoad(st.buffer, dst, dt)))
                 updates.append(Store(acc, here, E.add(BufferLoad(acc, here, dt),
-                                                      subst_expr(values[h], row))))
+                                                      subst_expr(tile_value, row))))
                 stores.append(Store(st.buffer, dst, BufferLoad(acc, here, dt)))
         update, first = lanes(updates), lanes(loads)
         steps = (_unrolled(k, kc, khi, update) if nrows == mr and rows is None
