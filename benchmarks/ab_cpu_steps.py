@@ -15,8 +15,8 @@
   (``microkernel._divided``);
 * ``shared_pads``: one zero-bordered copy of a tensor for every stage that pads it along
   the same dimensions (``pad_windows.SHARE_COPIES``; off: a copy per stage);
-* ``in_place``: a sliding window over rows a multiple of the vector wide read where it lies,
-  its tile loop over whole windows (``microkernel.IN_PLACE``; off: packed panels).
+* ``in_place``: a flattened image over rows a multiple of the vector wide read where it lies,
+  a window's tile loop over whole windows (``microkernel.IN_PLACE``; off: packed panels).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -92,6 +92,7 @@ def programs():
             ("conv3x3/2 8x128x16x16->256", (8, 128, 256, 16, 3, 2, 1), ("in_place",)),
             ("conv1x1 8x256x16x16->64", (8, 256, 64, 16, 1, 1, 0),
              ("image_rows", "column_split", "in_place")),
+            ("conv1x1 8x64x32x32->128", (8, 64, 128, 32, 1, 1, 0), ("in_place",)),
             ("conv3x3 d2 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 2, False, 2), ("in_place",)),
             ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums",)),
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),

@@ -159,7 +159,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     def upto(v: E.Var, n: int, hi: E.Expr) -> E.Expr:
         return E.minimum(E.add(v, index_const(n)), hi)
 
-    w = window_in_place(x, j, k, col.lo, width, nr)  # None: pack the panel
+    w = window_in_place(x, j, col.lo, width, nr)  # None: pack the panel
     period = 1 if w is None else _whole_periods(upd.value, kloop, k)
     if period > 1:  # slices of whole periods: every trip of by_period starts one
         kc_ = max(period, kc_ // period * period)

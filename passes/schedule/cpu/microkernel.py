@@ -234,29 +234,28 @@ def _row_width(x: BufferLoad, j: E.Var, least: int) -> int | None:
     return w if w >= least else None
 
 
-def window_in_place(x: BufferLoad, j: E.Var, k: E.Var, jlo: E.Expr, width: int,
+def window_in_place(x: BufferLoad, j: E.Var, jlo: E.Expr, width: int,
                     nr: int) -> int | None:
     """The image row width ``w`` when the tiles may read the panel read ``x`` where it
     lies instead of from a packed copy (:data:`IN_PLACE`), else None.
 
-    ``x`` must read a flattened image through a sliding window (``X[.., j // w + ry, j % w +
-    rx]``: ``j`` in the last index through ``j % w`` with unit coefficient, a reduction
-    variable beside it), with ``w`` a multiple of the vector width and the column range
-    starting at a multiple of it.  Every tile then starts at a multiple of the width, so
-    each of its vectors lies inside one image row: for ``j = s + jj`` (``s`` the vector's
-    first column, ``0 <= jj < width``), ``j // w = s // w`` and ``j % w = s % w + jj``
-    exactly, and the vector is ``width`` consecutive elements of the image (read by
-    :func:`aligned_read`).  The window's overlapping rows and taps then hit the cache
-    lines of the step before, where the packed copy held each of a 3x3 window's nine
-    shifted copies of the image."""
+    ``x`` must read a flattened image (``X[.., j // w + ry, j % w + rx]`` through a 3x3
+    window, ``X[.., j // w, j % w]`` for a 1x1 kernel: ``j`` in the last index through ``j
+    % w`` with unit coefficient), with ``w`` a multiple of the vector width and the column
+    range starting at a multiple of it.  Every tile then starts at a multiple of the width,
+    so each of its vectors lies inside one image row: for ``j = s + jj`` (``s`` the
+    vector's first column, ``0 <= jj < width``), ``j // w = s // w`` and ``j % w = s % w +
+    jj`` exactly, and the vector is ``width`` consecutive elements of the image (read by
+    :func:`aligned_read`).  A window's overlapping rows and taps then hit the cache lines
+    of the step before, where the packed copy held each of a 3x3 window's nine shifted
+    copies of the image; a 1x1 kernel's rows are read once per tile instead of copied and
+    read (8x256x16x16 -> 64: 0.49 -> 0.46 ms, one AVX-512 core)."""
     if not IN_PLACE or not isinstance(jlo, E.Const) or int(jlo.value) % width:
         return None
     w = _row_width(x, j, max(8, nr // 2))
     if w is None or w % width or not x.indices:
         return None
-    last = _terms(x.indices[-1])
-    rem = E.Mod(j, index_const(w), j.dtype)
-    if rem not in last or not any(k in expr_vars(t) for t in last):
+    if E.Mod(j, index_const(w), j.dtype) not in _terms(x.indices[-1]):
         return None
     start, lane = E.Var("start", j.dtype), E.Var("lane", j.dtype)
     probe = aligned_read(x, j, w, start, lane)
