@@ -584,11 +584,11 @@ def test_packed_rows_are_copied_once_per_slice_for_all_column_blocks(form, monke
 def test_window_is_read_in_place_one_address_per_period(host, hw, pad, dilation, c,
                                                         monkeypatch):
     """A 3x3 convolution whose output rows are a multiple of the vector wide reads its
-    padded image where it lies (no ``_panel`` copy), and its tile loop runs over whole
-    windows, ``k = 9 q + t``: no division or remainder of the loop variable is left in the
-    tile (one address per nine steps).  Results match the evaluator on 1 and 2 threads, on
-    this host's vectors and on AVX2's; 48 channels make 432 reduction steps, more than one
-    slice of the tile loop (slices of whole windows)."""
+    padded image where it lies (no ``_panel`` copy), and its tile loop runs over the
+    window's digits, ``k = 9 q + 3 a + t`` (``a`` a loop of 3, ``t`` unrolled): no
+    division or remainder of a loop variable is left in the tile.  Results match the
+    evaluator on 1 and 2 threads, on this host's vectors and on AVX2's; 48 channels make
+    432 reduction steps, more than one slice of the tile loop (slices of whole windows)."""
     from tecomp import expr as E
     from tecomp.codegen import kernel as kernel_mod
     from tecomp.passes.bounds_affine import check_static_bounds
@@ -606,11 +606,15 @@ def test_window_is_read_in_place_one_address_per_period(host, hw, pad, dilation,
     assert "_panel" not in text
     check_static_bounds(sched)
     period_loops = [s for s in walk_stmt(sched.body) if isinstance(s, For)
-                    and s.var.name.endswith(tuple(f"_q{n}" for n in ("", "_1", "_2", "_3")))]
+                    and "_q" in s.var.name]
     assert period_loops
     for loop in period_loops:
+        digits = [x for x in walk_stmt(loop.body) if isinstance(x, For)
+                  and "_a" in x.var.name and x.hi == E.Const(3, "int64")]
+        assert digits
+        loop_vars = {loop.var, digits[0].var}
         assert not [e for e in walk_expr_all(loop.body) if isinstance(e, (E.FloorDiv, E.Mod))
-                    and loop.var in set(walk_expr(e))]
+                    and loop_vars & set(walk_expr(e))]
     rng = np.random.default_rng(hw)
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (X, K)]
     (want,) = tc.evaluate([Y], dict(zip([X, K], arrays)))
@@ -659,7 +663,7 @@ def walk_expr_all(s):
             yield from walk_expr(e)
 
 
-def test_window_packing_is_kept_for_rows_narrower_than_a_vector(monkeypatch):
+def test_window_packing_is_kept_for_rows_narrower_than_a_vector():
     """An 8-wide output image (each vector would cross image rows) keeps its packed panel."""
     X = tc.placeholder((2, 16, 8, 8), name="X")
     K = tc.placeholder((32, 16, 3, 3), name="K")
@@ -667,22 +671,37 @@ def test_window_packing_is_kept_for_rows_narrower_than_a_vector(monkeypatch):
     assert "X_pad_panel" in str(schedule_cpu(func, host=describe()).body)
 
 
+@pytest.mark.parametrize("hw, packed", [(16, False), (32, True)])
+def test_one_by_one_in_place_unless_steps_alias(hw, packed):
+    """A 1x1 kernel reads a 16x16 image in place (a step of 1 KiB), a 32x32 one from its
+    packed panel (a step of 4 KiB: every step's rows share their cache sets)."""
+    X = tc.placeholder((2, 32, hw, hw), name="X")
+    K = tc.placeholder((24, 32, 1, 1), name="K")
+    func, _ = pipeline_lower_program([tc.ops.conv2d(X, K)], [X, K], cpu=True)
+    assert ("X_panel" in str(schedule_cpu(func, host=describe()).body)) == packed
+
+
 def test_fold_digits_and_window_period():
-    """``(9 q + t) // 9 -> q``, ``(9 q + t) // 3 % 3 -> t // 3``, ``(9 q + t) % 3 -> t % 3``
-    for every ``t``; a window's flattened digits have period 9, a 2x2 window's 4, a plain
-    reduction 1; a divisor that does not divide the coefficient is kept."""
+    """With ``0 <= a < 3`` and a constant ``0 <= t < 3``: ``(9 q + 3 a + t) // 9 -> q``,
+    ``(9 q + 3 a + t) // 3 % 3 -> a``, ``(9 q + 3 a + t) % 3 -> t``; without a range for
+    ``a``, or a divisor that can be crossed, the division is kept.  A window's flattened
+    digits have period 9, a 2x2 window's 4, a plain reduction 1."""
     from tecomp import expr as E
     from tecomp.passes.schedule.cpu.microkernel import fold_digits, window_period
 
-    q, k = E.Var("q", "int64"), E.Var("k", "int64")
+    q, a, k = E.Var("q", "int64"), E.Var("a", "int64"), E.Var("k", "int64")
     c = lambda n: E.Const(n, "int64")  # noqa: E731
-    for t in range(9):
-        e = E.add(E.mul(c(9), q), c(t))
-        assert fold_digits(E.floordiv(e, c(9)), q) == q
-        assert fold_digits(E.mod(E.floordiv(e, c(3)), c(3)), q) == c(t // 3 % 3)
-        assert fold_digits(E.mod(e, c(3)), q) == c(t % 3)
-    kept = E.floordiv(E.add(E.mul(c(9), q), c(2)), c(4))
-    assert fold_digits(kept, q) == kept
+    ranges = {a: (0, 2)}
+    for t in range(3):
+        e = E.add(E.add(E.mul(c(9), q), E.mul(c(3), a)), c(t))
+        assert fold_digits(E.floordiv(e, c(9)), ranges) == q
+        assert fold_digits(E.mod(E.floordiv(e, c(3)), c(3)), ranges) == a
+        assert fold_digits(E.mod(e, c(3)), ranges) == c(t)
+        unbounded = E.floordiv(e, c(9))
+        assert fold_digits(unbounded, {}) == unbounded
+    assert fold_digits(E.floordiv(E.add(E.mul(c(9), q), E.mul(c(4), a)), c(9)), ranges) == q
+    crossed = E.floordiv(E.add(E.mul(c(9), q), E.mul(c(5), a)), c(9))
+    assert fold_digits(crossed, ranges) == crossed  # 5 a reaches 10: kept
     digits = E.add(E.add(E.floordiv(k, c(9)), E.mod(E.floordiv(k, c(3)), c(3))), E.mod(k, c(3)))
     assert window_period(digits, k) == 9
     assert window_period(E.add(E.floordiv(k, c(4)), E.mod(E.floordiv(k, c(2)), c(2))), k) == 4

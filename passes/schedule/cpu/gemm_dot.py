@@ -23,15 +23,15 @@ registers when the last slice ends, so a dense layer with its bias is one pass o
           for (k, kc, khi) { lanes: acc += v(i0 + r, j0 + jj, k) }
           if (kc + kc_ >= khi) { lanes: C = f(acc) } else { lanes: C = acc } } } } } } } }
 
-A convolution's implicit GEMM whose shared operand is a sliding window over image rows a
+A convolution's implicit GEMM whose shared operand is a flattened image over rows a
 multiple of the vector wide (``X_pad[b, k // 9, j // 32 + k // 3 % 3, j % 32 + k % 3]``) is
 not packed: the tiles read the image where it lies, each vector inside one image row
-(:func:`.microkernel.window_in_place`), and the tile loop runs over whole windows, ``k = 9 q
-+ t`` with the nine steps unrolled and their divisions folded (:func:`.microkernel.by_period`;
-slices of ``kc`` a multiple of the period), so a step's address costs nothing.  The packed
+(:func:`.microkernel.window_in_place`), and a window's tile loop runs over its digits,
+``k = 9 q + 3 a + t`` with the divisions folded (:func:`.microkernel.by_period`; slices of
+``kc`` a multiple of the period), so a step's address is affine in the loops.  The packed
 copy held nine shifted copies of the image and took two divisions a step: a 3x3 forward
-over 8x64x32x32 -> 64 went from 4.41 to 3.24 ms (its tiles at about 84% of the FMA peak), a 4x4/2
-transposed convolution's forward from 1.21 to 0.86 ms, one AVX-512 core.
+over 8x64x32x32 -> 64 went from 4.3 to 3.2 ms, a 4x4/2 transposed convolution's forward
+from 1.21 to 0.86 ms, one AVX-512 core.
 
 The row operand (``x[i, k]``) is broadcast in place when it walks memory with unit stride
 along ``k``; otherwise (a transposed convolution's weights ``W[t, c, 1, 1]``, which step 576
@@ -159,7 +159,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     def upto(v: E.Var, n: int, hi: E.Expr) -> E.Expr:
         return E.minimum(E.add(v, index_const(n)), hi)
 
-    w = window_in_place(x, j, col.lo, width, nr)  # None: pack the panel
+    w = window_in_place(x, j, k, col.lo, width, nr)  # None: pack the panel
     period = 1 if w is None else _whole_periods(upd.value, kloop, k)
     if period > 1:  # slices of whole periods: every trip of by_period starts one
         kc_ = max(period, kc_ // period * period)
