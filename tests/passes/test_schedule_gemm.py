@@ -706,3 +706,38 @@ def test_fold_digits_and_window_period():
     assert window_period(digits, k) == 9
     assert window_period(E.add(E.floordiv(k, c(4)), E.mod(E.floordiv(k, c(2)), c(2))), k) == 4
     assert window_period(E.add(k, c(1)), k) == 1
+
+
+def test_strided_weight_gradient_steps_in_digits(monkeypatch):
+    """A stride-2 convolution's weight gradient sums over the box ``(n, y, x)`` flattened
+    into one ``k``: its tiles broadcast ``H[k // 64, f, k // 8 % 8, k % 8]`` and its panel
+    gathers the image through the same divisions.  Both loops run over the box's digits
+    instead (``k = 64 q + 8 a + 4 t + s``): no division or remainder of a loop variable is
+    left in them; the program is provably in bounds and matches the evaluator."""
+    from tecomp import expr as E
+    from tecomp.codegen import kernel as kernel_mod
+    from tecomp.passes.bounds_affine import check_static_bounds
+    from tecomp.stmt_functor import walk_expr, walk_stmt
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    X = tc.placeholder((2, 16, 16, 16), name="X")
+    K = tc.placeholder((32, 16, 3, 3), name="K")
+    Y = tc.ops.conv2d(X, K, stride=2, padding=1)
+    H = tc.placeholder(Y.shape, name="H")
+    (grad,) = tc.gradient(Y, [K], head=H)
+    func, _ = pipeline_lower_program([grad], [X, K, H], cpu=True)
+    sched = schedule_cpu(func, host=describe())
+    check_static_bounds(sched)
+    digit_loops = [s for s in walk_stmt(sched.body) if isinstance(s, For) and "_q" in s.var.name]
+    assert len(digit_loops) >= 2  # the panel's copy and the tiles
+    for loop in digit_loops:
+        inner = {x.var for x in walk_stmt(loop.body) if isinstance(x, For)} | {loop.var}
+        assert not [e for e in walk_expr_all(loop.body) if isinstance(e, (E.FloorDiv, E.Mod))
+                    and inner & set(walk_expr(e))]
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (X, K, H)]
+    (want,) = tc.evaluate([grad], dict(zip([X, K, H], arrays)))
+    kernel = _kernel(sched)
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-3)

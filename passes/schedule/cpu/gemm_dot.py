@@ -160,9 +160,15 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         return E.minimum(E.add(v, index_const(n)), hi)
 
     w = window_in_place(x, j, k, col.lo, width, nr)  # None: pack the panel
-    period = 1 if w is None else _whole_periods(upd.value, kloop, k)
-    if period > 1:  # slices of whole periods: every trip of by_period starts one
-        kc_ = max(period, kc_ // period * period)
+    # the tiles' steps in the digits of the reduction (by_period): over the packed panel's
+    # rows (k - kc) when it is packed, its own window's when read in place
+    seen = upd.value if w is not None else replace_expr(
+        upd.value, x, BufferLoad(x.buffer, (E.sub(k, kloop.lo),), x.dtype))
+    period = _whole_periods(seen, kloop, k)
+    if 1 < period <= kc_:  # slices of whole periods: every trip of by_period starts one
+        kc_ = kc_ // period * period
+    else:
+        period = 1
     ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, col.hi)
     panel = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
                    (index_const(nc // nr), index_const(kc_), index_const(nr)), x.dtype, "temp")
@@ -253,7 +259,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), one_columns)))))
     names |= trial
     packs = [] if w is not None else [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names,
-                                                  width)]
+                                                  width, period)]
     row_pack = [] if rows_panel is None else [
         pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names)]
 

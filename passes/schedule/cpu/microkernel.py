@@ -112,7 +112,7 @@ def index_const(n: int) -> E.Const:
 
 def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E.Expr,
                jc: E.Var, jhi: E.Expr, nr: int, names: set[str],
-               width: int | None = None) -> Stmt:
+               width: int | None = None, period: int = 1) -> Stmt:
     """Copy the read ``x`` (of ``k`` and ``j``) over the block into ``buf`` in micro-panel
     order: strip ``jb`` holds columns ``jc + jb*nr ...``, row ``k - kc``, unit stride.
 
@@ -127,7 +127,9 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     32-element copy to its scalar remainder.  When ``x`` runs with unit stride along ``k``
     and ``j`` enters it through divisions (a strided convolution's weight gradient), each
     column is copied with ``k`` innermost instead: the stride-2 3x3 weight gradient of
-    ``8x64x32x32 -> 128`` spent about 8 ns an element gathering a strip per ``k``."""
+    ``8x64x32x32 -> 128`` spent about 8 ns an element gathering a strip per ``k``; with
+    ``period`` (slices of whole periods of ``k``'s box), that column loop runs over the
+    box's digits, :func:`by_period`, without a division per element)."""
     jb = fresh_var("jb", names)
     start = E.add(jc, E.mul(jb, index_const(nr)))
     strips = E.floordiv(E.add(E.sub(jhi, jc), index_const(nr - 1)), index_const(nr))
@@ -141,7 +143,9 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
         # innermost, so the loads walk memory with unit stride and the column's part of the
         # address (its divisions) is computed once per column, not once per element
         at = (jb, E.sub(k, kc), E.sub(c, start))
-        column = For(k, kc, khi, Store(buf, at, subst_expr(x, {j: c})))
+        copy = Store(buf, at, subst_expr(x, {j: c}))
+        # k in the digits of its box when the slices are whole periods (by_period)
+        column = by_period(k, kc, khi, copy, period, names) or For(k, kc, khi, copy)
         return For(jb, index_const(0), strips, For(c, start, end, column))
     if w is None:
         copy = _strip_copy(buf, (jb, E.sub(k, kc)), start, x, j, c, start, end, nr, width, names)
@@ -394,9 +398,8 @@ def _unrolled(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
     return kept[0] if len(kept) == 1 else Seq(kept)
 
 
-#: the longest window period a tile's reduction loop is written in digits of
-#: (:func:`by_period`)
-MAX_PERIOD = 32
+#: the longest period a tile's reduction loop is written in digits of (:func:`by_period`)
+MAX_PERIOD = 4096
 
 #: an integer affine form: ``{variable: coefficient}`` and a constant
 Form = tuple[dict, int]
@@ -488,11 +491,12 @@ def fold_digits(e: E.Expr, ranges: dict, memo: dict | None = None) -> E.Expr:
     return go(e)
 
 
-def _digits(k: E.Var, period: int, inner: int, q: E.Var, a: E.Var | None, t: int) -> E.Expr:
+def _digits(period: int, inner: int, q: E.Var, a: E.Var | None, t: E.Expr) -> E.Expr:
     """``period * q + inner * a + t`` (``a`` absent: one digit below ``q``)."""
-    out = E.add(E.mul(index_const(period), q), index_const(t)) if t else \
-        E.mul(index_const(period), q)
-    return out if a is None else E.add(out, E.mul(index_const(inner), a))
+    out = E.mul(index_const(period), q)
+    if a is not None:
+        out = E.add(out, E.mul(index_const(inner), a))
+    return out if t == index_const(0) else E.add(out, t)
 
 
 def _radix(divisors: set[int], period: int) -> int:
@@ -531,7 +535,7 @@ def window_period(value: E.Expr, k: E.Var) -> int:
         digit = a if p > u else None
         ranges = {a: (0, p // u - 1)}
         if all(not _divides_loop_vars(fold_digits(subst_expr(
-                value, {k: _digits(k, p, u, q, digit, t)}), ranges), {q, a})
+                value, {k: _digits(p, u, q, digit, index_const(t))}), ranges), {q, a})
                for t in range(u)):
             return p
     return 1
@@ -545,25 +549,40 @@ def _gcd(a: int, b: int) -> int:
 
 def by_period(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt, period: int,
               names: set[str]) -> Stmt | None:
-    """``for (k, lo, hi) body`` written in the digits of its window (un-flattening what
-    :func:`.flat_loops.linear_nest` flattened): ``k = period * q + u * a + t`` with ``u``
-    the innermost digit (:func:`_radix`), ``q`` over the periods, ``a`` over ``period / u``
-    and the ``u`` steps of ``t`` unrolled, every division and remainder of the digits
-    folded (:func:`fold_digits`).  A flattened 3x3 window's ``X[.., k // 9, y + k // 3 % 3,
-    x + k % 3]`` becomes ``X[.., q, y + a, x + t]``: affine in the loops, so a step's address
-    costs an add instead of two divisions, with three steps a trip (nine unrolled took the
-    3x3 convolution's gradient build from 0.34 to 0.62 s for a 2% faster forward).  The
-    steps run in the same order.  ``lo`` and ``hi`` must be multiples of ``period`` (the
-    caller's slices are)."""
-    if period <= 1:
+    """``for (k, lo, hi) body`` written in the digits of its window or box (un-flattening
+    what :func:`.flat_loops.linear_nest` flattened): ``k = period * q + u * a + t`` with
+    ``u`` the innermost digit (:func:`_radix`), ``q`` over the periods, ``a`` over ``period
+    / u``, and ``t`` the innermost digit's steps -- unrolled when there are at most
+    :data:`K_UNROLL` of them, else a loop ``t = K_UNROLL * c + s`` over trips of
+    ``K_UNROLL`` unrolled steps -- every division and remainder of the digits folded
+    (:func:`fold_digits`).  A flattened 3x3 window's ``X[.., k // 9, y + k // 3 % 3, x + k %
+    3]`` becomes ``X[.., q, y + a, x + t]``, a weight gradient's head ``H[k // 64, f, k // 8
+    % 8, k % 8]`` over an 8x8 image becomes ``H[q, f, a, 4 c + s]``: affine in the loops,
+    so a step's address costs an add instead of divisions (nine unrolled steps, tried
+    first, took the 3x3 convolution's gradient build from 0.34 to 0.62 s for a 2% faster
+    forward).  The steps run in the same order.  ``lo`` and ``hi`` must be multiples of
+    ``period`` (the caller's slices are); None when the body divides nothing by the
+    period's digits."""
+    divisors = _divisors_of_stmt(body, k)
+    if period <= 1 or not divisors or any(period % d and d % period for d in divisors):
         return None
-    u = _radix(_divisors_of_stmt(body, k), period)
+    u = _radix(divisors, period)
     q = fresh_var(f"{k.name}_q", names)
     a = fresh_var(f"{k.name}_a", names) if period > u else None
     ranges = {} if a is None else {a: (0, period // u - 1)}
-    steps = tuple(_fold_stmt(subst(body, {k: _digits(k, period, u, q, a, t)}), ranges)
-                  for t in range(u))
-    inner: Stmt = Seq(steps) if len(steps) > 1 else steps[0]
+    s = u if u <= max(K_UNROLL, 1) else K_UNROLL if u % K_UNROLL == 0 else 1
+    c = fresh_var(f"{k.name}_t", names) if s < u else None
+    if c is not None:
+        ranges[c] = (0, u // s - 1)
+    steps = []
+    for t in range(s):
+        low = index_const(t) if c is None else plus(c, t) if s == 1 else \
+            E.add(E.mul(index_const(s), c), index_const(t)) if t else \
+            E.mul(index_const(s), c)
+        steps.append(_fold_stmt(subst(body, {k: _digits(period, u, q, a, low)}), ranges))
+    inner: Stmt = Seq(tuple(steps)) if len(steps) > 1 else steps[0]
+    if c is not None:
+        inner = For(c, index_const(0), index_const(u // s), inner)
     if a is not None:
         inner = For(a, index_const(0), index_const(period // u), inner)
     P = index_const(period)
