@@ -1,4 +1,4 @@
-"""A/B of ten steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of eleven steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -16,7 +16,9 @@
 * ``shared_pads``: one zero-bordered copy of a tensor for every stage that pads it along
   the same dimensions (``pad_windows.SHARE_COPIES``; off: a copy per stage);
 * ``in_place``: a flattened image over rows a multiple of the vector wide read where it lies,
-  a window's tile loop over whole windows (``microkernel.IN_PLACE``; off: packed panels).
+  a window's tile loop over whole windows (``microkernel.IN_PLACE``; off: packed panels);
+* ``dot_unroll``: four reduction steps a trip of the plain-order tiles that broadcast their
+  row operand in place (``gemm_dot.UNROLL``; off: one).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -70,6 +72,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "k_inner": patch([(microkernel, "_divided", lambda *a, **k: False)]),
         "shared_pads": patch([(pad_windows, "SHARE_COPIES", False)]),
         "in_place": patch([(microkernel, "IN_PLACE", False)]),
+        "dot_unroll": patch([(gemm_dot, "UNROLL", False)]),
     }
 
 
@@ -91,10 +94,10 @@ def programs():
              ("phases", "rows", "vector_sums", "column_split", "k_inner", "in_place")),
             ("conv3x3/2 8x128x16x16->256", (8, 128, 256, 16, 3, 2, 1), ("in_place",)),
             ("conv1x1 8x256x16x16->64", (8, 256, 64, 16, 1, 1, 0),
-             ("image_rows", "column_split", "in_place")),
-            ("conv1x1 8x64x32x32->128", (8, 64, 128, 32, 1, 1, 0), ("in_place",)),
+             ("image_rows", "column_split", "in_place", "dot_unroll")),
+            ("conv1x1 8x64x32x32->128", (8, 64, 128, 32, 1, 1, 0), ("in_place", "dot_unroll")),
             ("conv3x3 d2 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 2, False, 2), ("in_place",)),
-            ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums",)),
+            ("conv3x3 8x256x8x8->256", (8, 256, 256, 8, 3, 1, 1), ("vector_sums", "dot_unroll")),
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
              ("rows", "vector_sums", "rows_once", "shared_pads", "in_place")),
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
@@ -109,8 +112,17 @@ def programs():
     h = tc.ops.dense(x, W1, b1, name="h")
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
+    yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], ("dot_unroll",)
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
-        [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split")
+        [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll")
+    for nin, nout in ((768, 3072), (3072, 768)):
+        xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
+                      tc.placeholder((nout,), name="b"))
+        hd = tc.ops.dense(xd, Wd, bd)
+        Hd = tc.placeholder(hd.shape, name="H")
+        yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], ("dot_unroll",)
+        yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
+            [xd, Wd, bd, Hd], ("dot_unroll",)
     A, B = tc.placeholder((1024, 1024), name="A"), tc.placeholder((1024, 1024), name="B")
     k = tc.reduce_axis(1024, name="k")
     C = tc.compute((1024, 1024), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")

@@ -685,7 +685,8 @@ def test_fold_digits_and_window_period():
     """With ``0 <= a < 3`` and a constant ``0 <= t < 3``: ``(9 q + 3 a + t) // 9 -> q``,
     ``(9 q + 3 a + t) // 3 % 3 -> a``, ``(9 q + 3 a + t) % 3 -> t``; without a range for
     ``a``, or a divisor that can be crossed, the division is kept.  A window's flattened
-    digits have period 9, a 2x2 window's 4, a plain reduction 1."""
+    digits have period 9, a 2x2 window's 4, a plain reduction 1; a box of 8 x 32 x 32 in
+    slices of 384 has period 32 (``(32 q + r) // 1024 -> q // 32`` for ``0 <= r < 32``)."""
     from tecomp import expr as E
     from tecomp.passes.schedule.cpu.microkernel import fold_digits, window_period
 
@@ -706,6 +707,17 @@ def test_fold_digits_and_window_period():
     assert window_period(digits, k) == 9
     assert window_period(E.add(E.floordiv(k, c(4)), E.mod(E.floordiv(k, c(2)), c(2))), k) == 4
     assert window_period(E.add(k, c(1)), k) == 1
+    # a box longer than a slice: only the outer digit is divided, once a trip
+    t = E.Var("t", "int64")
+    low = E.add(E.add(E.mul(c(32), q), E.mul(c(4), t)), c(1))
+    assert fold_digits(E.floordiv(low, c(1024)), {t: (0, 7)}) == E.FloorDiv(q, c(32), "int64")
+    assert fold_digits(E.mod(E.floordiv(low, c(32)), c(32)), {t: (0, 7)}) == E.Mod(
+        q, c(32), "int64")
+    assert fold_digits(E.floordiv(low, c(1024)), {t: (0, 8)}) == E.floordiv(low, c(1024))
+    box = E.add(E.add(E.floordiv(k, c(1024)), E.mod(E.floordiv(k, c(32)), c(32))),
+                E.mod(k, c(32)))
+    assert window_period(box, k, 384) == 32
+    assert window_period(box, k, 4096) == 1024
 
 
 def test_strided_weight_gradient_steps_in_digits(monkeypatch):

@@ -74,6 +74,7 @@ from . import microkernel
 from .dot import match_dot
 from .flat_loops import linear_nest
 from .microkernel import (
+    _unrolled,
     aligned_read,
     by_period,
     clamp_blocks,
@@ -89,6 +90,11 @@ from .microkernel import (
 from .tile import const_extent, plus, seq, split_end
 
 _BYTES = {"float32": 4, "float64": 8}
+
+#: the whole tiles that broadcast their row operand in place take :data:`.microkernel.K_UNROLL`
+#: steps a trip (:func:`.microkernel._unrolled`); False: one (an A/B switch of
+#: ``benchmarks/ab_cpu_steps.py``)
+UNROLL = True
 
 
 def _panel_read(upd: Store, i: E.Var, j: E.Var, k: E.Var) -> BufferLoad | None:
@@ -164,11 +170,9 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     # rows (k - kc) when it is packed, its own window's when read in place
     seen = upd.value if w is not None else replace_expr(
         upd.value, x, BufferLoad(x.buffer, (E.sub(k, kloop.lo),), x.dtype))
-    period = _whole_periods(seen, kloop, k)
-    if 1 < period <= kc_:  # slices of whole periods: every trip of by_period starts one
+    period = _whole_periods(seen, kloop, k, kc_)
+    if period > 1:  # slices of whole periods: every trip of by_period starts one
         kc_ = kc_ // period * period
-    else:
-        period = 1
     ihi, khi, jhi = upto(ic, mc, loop.hi), upto(kc, kc_, kloop.hi), upto(jc, nc, col.hi)
     panel = Buffer(fresh_name(f"{x.buffer.name}_panel", trial),
                    (index_const(nc // nr), index_const(kc_), index_const(nr)), x.dtype, "temp")
@@ -188,7 +192,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 upd.value, x, aligned_read(x, j, w, start, jj))
         return subst_expr(v, {j: col_e})
 
-    def tile(rows: int) -> tuple[Stmt, list[For]]:
+    def tile(rows: int, unroll: bool = False) -> tuple[Stmt, list[For]]:
         t = Buffer(fresh_name("acc", trial), (index_const(rows), index_const(nr)), dt, "local")
         trial.add(t.name)
         zero, load, add, done, keep = [], [], [], [], []
@@ -212,7 +216,8 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 keep.append(Store(fin.buffer, dst, cur))
         loops = [For(jj, index_const(0), index_const(width), Seq(tuple(s)), kind="lanes")
                  for s in (zero, load, add, done, keep)]
-        steps = by_period(k, kc, khi, loops[2], period, trial) or For(k, kc, khi, loops[2])
+        steps = by_period(k, kc, khi, loops[2], period, trial) or (
+            _unrolled(k, kc, khi, loops[2]) if unroll and UNROLL else For(k, kc, khi, loops[2]))
         body = Seq((IfThenElse(first, loops[0], loops[1]), steps,
                     IfThenElse(last, loops[3], loops[4])))
         return Allocate(t, body), loops
@@ -250,7 +255,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         strip = E.floordiv(E.sub(i0, ic), index_const(mr))
         upd = replace(upd, value=replace_expr(upd.value, a, BufferLoad(
             rows_panel, (strip, E.sub(k, kc), E.sub(i, i0)), a.dtype)))
-    full, loops = tile(mr)
+    full, loops = tile(mr, unroll=rows_panel is None)
     if any(vector_form(x) is None for x in loops):
         return None
     tiles = Seq((
@@ -280,10 +285,10 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     return For(ic, loop.lo, loop.hi, held(rows_panel, body), step=mc, kind=loop.kind)
 
 
-def _whole_periods(value: E.Expr, kloop: For, k: E.Var) -> int:
-    """The window period of ``value`` in ``k`` (:func:`.microkernel.window_period`) when the
-    reduction's constant bounds are whole periods, else 1."""
-    period = window_period(value, k)
+def _whole_periods(value: E.Expr, kloop: For, k: E.Var, limit: int) -> int:
+    """The period of ``value``'s digits in ``k`` (:func:`.microkernel.window_period`, at
+    most ``limit``) when the reduction's constant bounds are whole periods, else 1."""
+    period = window_period(value, k, limit)
     lo, hi = kloop.lo, kloop.hi
     if period > 1 and isinstance(lo, E.Const) and isinstance(hi, E.Const) and (
             int(lo.value) % period == 0 and int(hi.value) % period == 0):

@@ -479,16 +479,42 @@ def fold_digits(e: E.Expr, ranges: dict, memo: dict | None = None) -> E.Expr:
                        else rebuild_expr(x, new))
             if isinstance(out, (E.FloorDiv, E.Mod)) and isinstance(out.b, E.Const) \
                     and not isinstance(out.b.value, bool) and int(out.b.value) > 0:
-                form = _form(out.a)
-                split = None if form is None else _divide(form, int(out.b.value), ranges)
+                d, form = int(out.b.value), _form(out.a)
+                split = None if form is None else _divide(form, d, ranges)
                 if split is not None:
                     whole, m, rest = split
                     out = (_form_expr((whole, m), out.dtype) if isinstance(out, E.FloorDiv)
                            else _form_expr(rest, out.dtype))
+                elif form is not None:
+                    coarse = _coarse(out, form, d, ranges)
+                    out = out if coarse is None else coarse
         memo[id(x)] = out
         return out
 
     return go(e)
+
+
+def _coarse(x: E.Expr, form: Form, d: int, ranges: dict) -> E.Expr | None:
+    """``(a q + r) // d -> q // (d / a)`` and ``(a q + r) % d -> a (q % (d / a)) + r`` for
+    the one variable ``q`` without a range, when ``a`` divides ``d`` and ``0 <= r < a`` over
+    the ranges (exact: ``a q + r`` lies in ``[a q, a q + a)``, inside one multiple of ``d``
+    for each ``q // (d / a)``), else None.  A box longer than a slice (a 32x32 image's
+    ``k // 1024``) then divides only the outer digit, once a trip."""
+    coef, c = form
+    free = [v for v in coef if v not in ranges]
+    if len(free) != 1 or coef[free[0]] <= 0 or d % coef[free[0]]:
+        return None
+    (q,) = free
+    a = coef[q]
+    rest = ({v: n for v, n in coef.items() if v is not q}, c)
+    split = _divide(rest, a, ranges)
+    if split is None or split[0] or split[1] != 0:  # not 0 <= r < a
+        return None
+    n = index_const(d // a)
+    if isinstance(x, E.FloorDiv):
+        return q if d == a else E.FloorDiv(q, n, x.dtype)
+    low = E.mul(index_const(a), E.Mod(q, n, x.dtype)) if d != a else index_const(0)
+    return E.add(low, _form_expr(rest, x.dtype)) if rest[0] or rest[1] else low
 
 
 def _digits(period: int, inner: int, q: E.Var, a: E.Var | None, t: E.Expr) -> E.Expr:
@@ -517,10 +543,12 @@ def _divides_loop_vars(e: E.Expr, loop_vars: set) -> bool:
                for x in walk_expr(e))
 
 
-def window_period(value: E.Expr, k: E.Var) -> int:
-    """The least period ``P`` (at most :data:`MAX_PERIOD`) such that writing ``k`` in its
-    digits (:func:`by_period`) leaves no division or remainder of a loop variable in
-    ``value`` (a flattened 3x3 window's ``k // 9, k // 3 % 3, k % 3``: 9), or 1."""
+def window_period(value: E.Expr, k: E.Var, limit: int = MAX_PERIOD) -> int:
+    """The period ``P <= limit`` to write ``k`` in the digits of (:func:`by_period`): the
+    least one that leaves no division or remainder of a loop variable in ``value`` (a
+    flattened 3x3 window's ``k // 9, k // 3 % 3, k % 3``: 9), else the largest that leaves
+    them of the outer digit only (an 8 x 32 x 32 box in slices of 384, ``k // 1024, k // 32
+    % 32, k % 32``: 32, with ``q // 32`` and ``q % 32`` once a trip), else 1."""
     divisors = _divisors(value, k)
     if not divisors:
         return 1
@@ -528,17 +556,27 @@ def window_period(value: E.Expr, k: E.Var) -> int:
     for d in divisors:
         period = period * d // _gcd(period, d)
     q, a = E.Var(f"{k.name}_q", k.dtype), E.Var(f"{k.name}_a", k.dtype)
-    for p in sorted({period, *(d * e for d in divisors for e in divisors)}):
-        if p > MAX_PERIOD:
-            break
+    found = sorted(p for p in {period, *divisors, *(d * e for d in divisors for e in divisors)}
+                   if 1 < p <= min(limit, MAX_PERIOD))
+
+    def left(p: int) -> set:
         u = _radix(divisors, p)
         digit = a if p > u else None
         ranges = {a: (0, p // u - 1)}
-        if all(not _divides_loop_vars(fold_digits(subst_expr(
-                value, {k: _digits(p, u, q, digit, index_const(t))}), ranges), {q, a})
-               for t in range(u)):
-            return p
-    return 1
+        out: set = set()
+        for t in range(u):
+            e = fold_digits(subst_expr(value, {k: _digits(p, u, q, digit, index_const(t))}),
+                            ranges)
+            out |= {v for x in walk_expr(e) if isinstance(x, (E.FloorDiv, E.Mod))
+                    for v in expr_vars(x) & {q, a}}
+        return out
+
+    seen = {p: left(p) for p in found}
+    strict = [p for p in found if not seen[p]]
+    if strict:
+        return strict[0]
+    outer = [p for p in found if seen[p] == {q}]
+    return outer[-1] if outer else 1
 
 
 def _gcd(a: int, b: int) -> int:
