@@ -463,10 +463,10 @@ def _load_runtime() -> JitFunction:
     default persistent cache like a kernel (host, versions, :func:`code_version`, which
     covers :mod:`.runtime`); an unusable entry is compiled afresh and overwritten."""
     from ..disk_cache import default_cache
-    from .runtime import SYMBOL, build_module
+    from .runtime import SYMBOL, build_module, variant
 
     store = default_cache()
-    key = disk_key(f"runtime|{SYMBOL}|{target_key()}") if store is not None else ""
+    key = disk_key(f"runtime|{SYMBOL}|{target_key()}|{variant()}") if store is not None else ""
     if store is not None:
         entry = store.get(key)
         if entry is not None and isinstance(entry.get("object"), bytes):

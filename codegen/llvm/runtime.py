@@ -123,6 +123,87 @@ def _release(b: ir.IRBuilder, rec: ir.Value) -> None:
         b.call(free, [rec])
 
 
+#: words of a ``cpu_set_t`` (glibc: 1024 CPUs)
+_MASK_WORDS = 16
+_MASK = ir.ArrayType(T.I64, _MASK_WORDS)
+
+
+#: workers bound to a home CPU (:class:`_Placement`; Linux only); False: they run where the OS
+#: wakes them (an A/B switch: set before a process's first parallel call)
+BIND_WORKERS = True
+
+
+def _placement() -> bool:
+    """Whether workers are bound to home CPUs (:class:`_Placement`)."""
+    return BIND_WORKERS and platform.system() == "Linux"
+
+
+def variant() -> str:
+    """What the module :func:`build_module` makes depends on besides this source (part of
+    its persistent-cache key)."""
+    return "bound" if _placement() else "free"
+
+
+class _Placement:
+    """A home CPU for each worker.
+
+    A worker asleep on the condition variable is woken by the caller, and Linux may place it
+    on the caller's own CPU; the two then share one core until the load balancer moves one of
+    them, tens of milliseconds later, while the other core idles.  Measured on two cores
+    (``benchmarks/bench_cpu.py`` timing tecomp right after JAX and PyTorch, after a pause
+    of 0.25 s): a 3x3/2 convolution ran at its one-thread time (1.8-1.9 ms instead of 1.0)
+    in about half of the next 25 calls, mean 1.42-1.51 ms; with each worker bound to a CPU,
+    1% of them, mean 0.96-0.98 ms.  A woken thread is placed on a CPU it may use, and the
+    balancer may move the caller, which is never bound, away from it.  So worker ``n`` is
+    bound for its life to the ``n``-th CPU (round robin) of the set it started with, as
+    OpenMP's ``OMP_PROC_BIND=close`` binds its threads; a set of one CPU binds nothing.
+    The price: a worker whose CPU another program keeps busy cannot leave it, and the
+    caller then takes more of the chunks (they are claimed dynamically)."""
+
+    def __init__(self, module: ir.Module) -> None:
+        self.get = T.declare(module, "sched_getaffinity", T.I32, [T.I32, T.I64, T.PTR])
+        self.set = T.declare(module, "sched_setaffinity", T.I32, [T.I32, T.I64, T.PTR])
+        self.ctpop = T.declare(module, "llvm.ctpop.i64", T.I64, [T.I64])
+
+    def bind(self, b: ir.IRBuilder, fn: ir.Function, index: ir.Value) -> None:
+        """At a worker's start: bind it to the ``index % count``-th CPU of its set."""
+        saved, home = b.alloca(_MASK), b.alloca(_MASK)
+        pos, nth = b.alloca(T.I64), b.alloca(T.I64)
+        b.store(ir.Constant(_MASK, None), saved)
+        b.store(ir.Constant(_MASK, None), home)
+        rc = b.call(self.get, [_i32(0), _i64(8 * _MASK_WORDS), saved])
+        with b.if_then(b.icmp_signed("!=", rc, _i32(0))):
+            b.store(ir.Constant(_MASK, None), saved)
+        count: ir.Value = _i64(0)
+        for n in range(_MASK_WORDS):
+            word = b.load(b.gep(saved, [_i32(0), _i32(n)], inbounds=True), typ=T.I64)
+            count = b.add(count, b.call(self.ctpop, [word]))
+        with b.if_then(b.icmp_signed(">", count, _i64(1))):
+            b.store(b.urem(index, count), nth)
+            b.store(_i64(0), pos)
+            head, body, step, found, done = (fn.append_basic_block(f"home.{x}") for x in (
+                "head", "body", "step", "found", "done"))
+            b.branch(head)
+            b.position_at_end(head)
+            at = b.load(pos, typ=T.I64)
+            b.cbranch(b.icmp_signed("<", at, _i64(64 * _MASK_WORDS)), body, done)
+            b.position_at_end(body)
+            slot = b.gep(saved, [_i32(0), b.lshr(at, _i64(6))], inbounds=True)
+            bit = b.shl(_i64(1), b.and_(at, _i64(63)))
+            on = b.icmp_unsigned("!=", b.and_(b.load(slot, typ=T.I64), bit), _i64(0))
+            left = b.load(nth, typ=T.I64)
+            b.cbranch(b.and_(on, b.icmp_signed("==", left, _i64(0))), found, step)
+            b.position_at_end(step)
+            b.store(b.select(on, b.sub(left, _i64(1)), left), nth)
+            b.store(b.add(at, _i64(1)), pos)
+            b.branch(head)
+            b.position_at_end(found)
+            b.store(bit, b.gep(home, [_i32(0), b.lshr(at, _i64(6))], inbounds=True))
+            b.call(self.set, [_i32(0), _i64(8 * _MASK_WORDS), home])
+            b.branch(done)
+            b.position_at_end(done)
+
+
 def _global(module: ir.Module, name: str, t: ir.Type, align: int) -> ir.GlobalVariable:
     g = ir.GlobalVariable(module, t, name)
     g.linkage = "internal"
@@ -160,6 +241,8 @@ def build_module() -> ir.Module:
     entry, loop, sleep, take, join, run = (pool.append_basic_block(x) for x in (
         "entry", "loop", "sleep", "take", "join", "run"))
     b = ir.IRBuilder(entry)
+    if _placement():
+        _Placement(module).bind(b, pool, b.ptrtoint(pool.args[0], T.I64))
     seen = b.alloca(T.I64)
     b.store(b.load(gen, typ=T.I64), seen)  # jobs published before this thread are not its own
     spins = b.alloca(T.I64)
@@ -269,7 +352,8 @@ def build_module() -> ir.Module:
     b.position_at_end(head)
     b.cbranch(b.icmp_signed("<", b.load(workers, typ=T.I64), want), body, grown)
     b.position_at_end(body)
-    rc = b.call(create, [tid, ir.Constant(T.PTR, None), pool, ir.Constant(T.PTR, None)])
+    index = b.inttoptr(b.load(workers, typ=T.I64), T.PTR)  # the worker's number, its argument
+    rc = b.call(create, [tid, ir.Constant(T.PTR, None), pool, index])
     made = fn.append_basic_block("made")
     b.cbranch(b.icmp_signed("==", rc, _i32(0)), made, grown)  # no thread: use what there is
     b.position_at_end(made)

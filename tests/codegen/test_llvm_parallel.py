@@ -219,3 +219,43 @@ def test_loops_equal_up_to_names_share_one_body(rng):
     np.testing.assert_allclose(ra, xs * 2 + 1, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(rb, ys * 2 + 1, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(rc, ys * 3 + 1, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity")
+                    or len(__import__("os").sched_getaffinity(0)) < 2,
+                    reason="binds workers on Linux with two CPUs or more")
+def test_workers_are_bound_to_distinct_cpus_of_their_set():
+    """A fresh process's workers each run on one CPU of the set they started with, distinct
+    while there are CPUs enough; the calling thread is left unbound (its set unchanged)."""
+    import json
+    import subprocess
+    import sys
+
+    script = """
+import json, os
+import numpy as np, tecomp as tc
+from tecomp.codegen import kernel
+kernel.PARALLEL_MIN_BYTES = 0
+A = tc.placeholder((500, 40), name="A")
+k = tc.build(tc.compute((500, 40), lambda p, q: A[p, q] * 3.0, name="B"), [A])
+k.threads = len(os.sched_getaffinity(0))
+before = set(os.listdir("/proc/self/task"))
+a = np.ones((500, 40), np.float32)
+assert np.array_equal(k(a), a * 3)
+def allowed(path):
+    line = [x for x in open(path) if x.startswith("Cpus_allowed_list")][0]
+    return line.split(":")[1].strip()
+print(json.dumps({"workers": [allowed(f"/proc/self/task/{t}/status")
+                              for t in set(os.listdir("/proc/self/task")) - before],
+                  "caller": allowed("/proc/self/status"),
+                  "cpus": sorted(os.sched_getaffinity(0))}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    cpus = got["cpus"]
+    assert got["workers"], "the threaded call started no worker"
+    homes = [int(x) for x in got["workers"]]  # one CPU each: "3", not "0-3"
+    assert all(h in cpus for h in homes)
+    assert len(set(homes)) == len(homes)
+    assert got["caller"] != str(homes[0])
