@@ -174,3 +174,22 @@ def test_transposed_weight_gradient_phases_are_flat_rows_of_their_kernel_columns
     for tag in ("00", "01", "10", "11"):
         assert f"W_grad_p{tag}_rows: float32[64, 32]" in text
     _matches_the_evaluator(dW, ins, rng)
+
+
+@pytest.mark.parametrize("hw", [16, 13])
+def test_stride_one_dilated_input_gradient_is_not_split(hw):
+    """The input gradient of a stride-1, dilation-2 3x3 convolution: its windows' bounds
+    divide by 2 (the image edges clip the kernel), but every phase sums the whole kernel
+    where nothing is clipped -- one dense dilated convolution, left unsplit (no ``_p00``
+    stage) and read as an implicit GEMM over the padded head; results match the evaluator
+    in the interpreter and compiled."""
+    X, W, H, dX = _strided_input_gradient(8, 32, hw, 3, 1, 2, dilation=2)
+    text = _cpu_text(dX, [X, W, H])
+    assert "_p00" not in text and "_phases" not in text and "X_grad_rows" in text
+    rng = np.random.default_rng(hw)
+    arrays = _arrays([X, W, H], rng)
+    (want,) = tc.evaluate([dX], dict(zip([X, W, H], arrays)))
+    func, consts = pipeline.lower([dX], [X, W, H], target_name="llvm")
+    (got,) = run(func, arrays, constants=consts)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(tc.build(dX, [X, W, H])(*arrays), want, rtol=1e-5, atol=1e-4)
