@@ -74,7 +74,6 @@ from . import microkernel
 from .dot import match_dot
 from .flat_loops import linear_nest
 from .microkernel import (
-    _unrolled,
     aligned_read,
     by_period,
     clamp_blocks,
@@ -84,6 +83,7 @@ from .microkernel import (
     pack_rows,
     row_operand,
     tile_shape,
+    unrolled_steps,
     window_in_place,
     window_period,
 )
@@ -92,7 +92,7 @@ from .tile import const_extent, plus, seq, split_end
 _BYTES = {"float32": 4, "float64": 8}
 
 #: the whole tiles that broadcast their row operand in place take :data:`.microkernel.K_UNROLL`
-#: steps a trip (:func:`.microkernel._unrolled`); False: one (an A/B switch of
+#: steps a trip (:func:`.microkernel.unrolled_steps`); False: one (an A/B switch of
 #: ``benchmarks/ab_cpu_steps.py``)
 UNROLL = True
 
@@ -216,8 +216,9 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 keep.append(Store(fin.buffer, dst, cur))
         loops = [For(jj, index_const(0), index_const(width), Seq(tuple(s)), kind="lanes")
                  for s in (zero, load, add, done, keep)]
+        plain = For(k, kc, khi, loops[2])
         steps = by_period(k, kc, khi, loops[2], period, trial) or (
-            _unrolled(k, kc, khi, loops[2]) if unroll and UNROLL else For(k, kc, khi, loops[2]))
+            unrolled_steps(k, kc, khi, loops[2]) if unroll and UNROLL else plain)
         body = Seq((IfThenElse(first, loops[0], loops[1]), steps,
                     IfThenElse(last, loops[3], loops[4])))
         return Allocate(t, body), loops

@@ -348,7 +348,7 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                                                       subst_expr(tile_value, row))))
                 stores.append(Store(st.buffer, dst, BufferLoad(acc, here, dt)))
         update, first = lanes(updates), lanes(loads)
-        steps = (_unrolled(k, kc, khi, update) if nrows == mr and rows is None
+        steps = (unrolled_steps(k, kc, khi, update) if nrows == mr and rows is None
                  else For(k, kc, khi, update))
         body = Allocate(acc, Seq((first, steps, lanes(stores))))
         return body, update, first
@@ -373,11 +373,11 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
     return Seq((full, rest))
 
 
-#: steps of the reduction in one trip of a tile's loop (:func:`_unrolled`)
+#: steps of the reduction in one trip of a tile's loop (:func:`unrolled_steps`)
 K_UNROLL = 4
 
 
-def _unrolled(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
+def unrolled_steps(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
     """``for (k, lo, hi) body`` as trips of :data:`K_UNROLL` copies of ``body`` over the
     whole groups of steps, then the rest one step a trip.  LLVM leaves the tile's loop
     rolled, and its counter, compare and branch then issue beside every ``mr x nr / lanes``
