@@ -27,7 +27,7 @@ A convolution's implicit GEMM whose shared operand is a flattened image over row
 multiple of the vector wide (``X_pad[b, k // 9, j // 32 + k // 3 % 3, j % 32 + k % 3]``) is
 not packed: the tiles read the image where it lies, each vector inside one image row
 (:func:`.microkernel.window_in_place`), and a window's tile loop runs over its digits,
-``k = 9 q + 3 a + t`` with the divisions folded (:func:`.microkernel.by_period`; slices of
+``k = 9 q + 3 a + t`` with the divisions folded (:func:`.digits.by_period`; slices of
 ``kc`` a multiple of the period), so a step's address is affine in the loops.  The packed
 copy held nine shifted copies of the image and took two divisions a step: a 3x3 forward
 over 8x64x32x32 -> 64 went from 4.3 to 3.2 ms, a 4x4/2 transposed convolution's forward
@@ -71,11 +71,11 @@ from tecomp.loopir import Allocate, Buffer, BufferLoad, For, IfThenElse, Seq, St
 from tecomp.stmt_functor import expr_vars, replace_expr, subst, subst_expr, walk_expr
 
 from . import microkernel
+from .digits import by_period, window_period
 from .dot import match_dot
 from .flat_loops import linear_nest
 from .microkernel import (
     aligned_read,
-    by_period,
     clamp_blocks,
     fresh_var,
     index_const,
@@ -85,7 +85,6 @@ from .microkernel import (
     tile_shape,
     unrolled_steps,
     window_in_place,
-    window_period,
 )
 from .tile import const_extent, plus, seq, split_end
 
@@ -217,7 +216,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         loops = [For(jj, index_const(0), index_const(width), Seq(tuple(s)), kind="lanes")
                  for s in (zero, load, add, done, keep)]
         plain = For(k, kc, khi, loops[2])
-        steps = by_period(k, kc, khi, loops[2], period, trial) or (
+        steps = by_period(k, kc, khi, loops[2], period, trial, microkernel.K_UNROLL) or (
             unrolled_steps(k, kc, khi, loops[2]) if unroll and UNROLL else plain)
         body = Seq((IfThenElse(first, loops[0], loops[1]), steps,
                     IfThenElse(last, loops[3], loops[4])))
@@ -287,7 +286,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
 
 
 def _whole_periods(value: E.Expr, kloop: For, k: E.Var, limit: int) -> int:
-    """The period of ``value``'s digits in ``k`` (:func:`.microkernel.window_period`, at
+    """The period of ``value``'s digits in ``k`` (:func:`.digits.window_period`, at
     most ``limit``) when the reduction's constant bounds are whole periods, else 1."""
     period = window_period(value, k, limit)
     lo, hi = kloop.lo, kloop.hi
