@@ -29,6 +29,7 @@ from tecomp.stmt_functor import (
     walk_expr,
 )
 
+from ...exact_div import affine, build
 from .tile import plus
 
 
@@ -47,42 +48,9 @@ def fresh_var(base: str, names: set[str], dtype: str = "int64") -> E.Var:
 #: the longest period a tile's reduction loop is written in digits of (:func:`by_period`)
 MAX_PERIOD = 4096
 
-#: an integer affine form: ``{variable: coefficient}`` and a constant
+#: an integer affine form over atoms (``{atom: coefficient}``, constant), as
+#: :func:`tecomp.passes.exact_div.affine` reads it
 Form = tuple[dict, int]
-
-
-def _form(e: E.Expr) -> Form | None:
-    """``e`` as ``sum(c_v v) + c`` with constant coefficients, else None."""
-    if isinstance(e, E.Var):
-        return {e: 1}, 0
-    if isinstance(e, E.Const) and not isinstance(e.value, (bool, float)):
-        return {}, int(e.value)
-    if isinstance(e, (E.Add, E.Sub, E.Mul)):
-        a, b = _form(e.a), _form(e.b)
-        if a is None or b is None:
-            return None
-        if isinstance(e, E.Mul):
-            if a[0] and b[0]:
-                return None
-            (coef, c), n = (a, b[1]) if a[0] else (b, a[1])
-            return {v: x * n for v, x in coef.items()}, c * n
-        sign = 1 if isinstance(e, E.Add) else -1
-        coef = dict(a[0])
-        for v, x in b[0].items():
-            coef[v] = coef.get(v, 0) + sign * x
-        return {v: x for v, x in coef.items() if x}, a[1] + sign * b[1]
-    return None
-
-
-def _form_expr(form: Form, dtype: str = "int64") -> E.Expr:
-    coef, c = form
-    out: E.Expr | None = None
-    for v, x in coef.items():
-        term = v if x == 1 else E.mul(E.Const(x, dtype), v)
-        out = term if out is None else E.add(out, term)
-    if out is None:
-        return E.Const(c, dtype)
-    return out if c == 0 else E.add(out, E.Const(c, dtype))
 
 
 def _divide(form: Form, d: int, ranges: dict) -> tuple[dict, int, Form] | None:
@@ -125,13 +93,13 @@ def fold_digits(e: E.Expr, ranges: dict, memo: dict | None = None) -> E.Expr:
                        else rebuild_expr(x, new))
             if isinstance(out, (E.FloorDiv, E.Mod)) and isinstance(out.b, E.Const) \
                     and not isinstance(out.b.value, bool) and int(out.b.value) > 0:
-                d, form = int(out.b.value), _form(out.a)
-                split = None if form is None else _divide(form, d, ranges)
+                d, form = int(out.b.value), affine(out.a)
+                split = _divide(form, d, ranges)
                 if split is not None:
                     whole, m, rest = split
-                    out = (_form_expr((whole, m), out.dtype) if isinstance(out, E.FloorDiv)
-                           else _form_expr(rest, out.dtype))
-                elif form is not None:
+                    out = (build((whole, m), out.dtype) if isinstance(out, E.FloorDiv)
+                           else build(rest, out.dtype))
+                else:
                     coarse = _coarse(out, form, d, ranges)
                     out = out if coarse is None else coarse
         memo[id(x)] = out
@@ -160,7 +128,7 @@ def _coarse(x: E.Expr, form: Form, d: int, ranges: dict) -> E.Expr | None:
     if isinstance(x, E.FloorDiv):
         return q if d == a else E.FloorDiv(q, n, x.dtype)
     low = E.mul(index_const(a), E.Mod(q, n, x.dtype)) if d != a else index_const(0)
-    return E.add(low, _form_expr(rest, x.dtype)) if rest[0] or rest[1] else low
+    return E.add(low, build(rest, x.dtype)) if rest[0] or rest[1] else low
 
 
 def _digits(period: int, inner: int, q: E.Var, a: E.Var | None, t: E.Expr) -> E.Expr:
