@@ -1,4 +1,4 @@
-"""A/B of eleven steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twelve steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -18,7 +18,9 @@
 * ``in_place``: a flattened image over rows a multiple of the vector wide read where it lies,
   a window's tile loop over whole windows (``microkernel.IN_PLACE``; off: packed panels);
 * ``dot_unroll``: four reduction steps a trip of the plain-order tiles that broadcast their
-  row operand in place (``gemm_dot.UNROLL``; off: one).
+  row operand in place (``gemm_dot.UNROLL``; off: one);
+* ``transposed_pack``: panels of a transposed operand (``W[j, k]``) copied by blocks of rows,
+  the reduction innermost (``microkernel.TRANSPOSED_COPY``; off: a strided gather a row).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -73,6 +75,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "shared_pads": patch([(pad_windows, "SHARE_COPIES", False)]),
         "in_place": patch([(microkernel, "IN_PLACE", False)]),
         "dot_unroll": patch([(gemm_dot, "UNROLL", False)]),
+        "transposed_pack": patch([(microkernel, "TRANSPOSED_COPY", False)]),
     }
 
 
@@ -83,6 +86,12 @@ def _conv(n, c, f, hw, r, stride, pad, transposed=False, dilation=1):
     Y = op(X, W, stride=stride, padding=pad, dilation=dilation)
     H = tc.placeholder(Y.shape, name="H")
     return Y, tc.gradient(Y, [X, W], head=H), [X, W], [X, W, H]
+
+
+def _matmul(n: int):
+    A, B = tc.placeholder((n, n), name="A"), tc.placeholder((n, n), name="B")
+    k = tc.reduce_axis(n, name="k")
+    return A, B, tc.compute((n, n), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
 
 
 def programs():
@@ -120,15 +129,16 @@ def programs():
                       tc.placeholder((nout,), name="b"))
         hd = tc.ops.dense(xd, Wd, bd)
         Hd = tc.placeholder(hd.shape, name="H")
-        yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], ("dot_unroll",)
+        yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
+            ("dot_unroll", "transposed_pack")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
-            [xd, Wd, bd, Hd], ("dot_unroll",)
-    A, B = tc.placeholder((1024, 1024), name="A"), tc.placeholder((1024, 1024), name="B")
-    k = tc.reduce_axis(1024, name="k")
-    C = tc.compute((1024, 1024), lambda i, j: tc.sum(A[i, k] * B[k, j], axis=k), name="C")
-    HC = tc.placeholder((1024, 1024), name="HC")
-    yield "matmul 1024^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
-        ("rows", "k_unroll", "rows_once")
+            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack")
+    for n in (1024, 2048):
+        A, B, C = _matmul(n)
+        HC = tc.placeholder((n, n), name="HC")
+        yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack",)
+        yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
+            ("rows", "k_unroll", "rows_once", "transposed_pack")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:

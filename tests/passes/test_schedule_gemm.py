@@ -472,6 +472,38 @@ def test_panels_gathered_along_the_reduction_are_copied_with_it_innermost():
         assert inner in set(walk_expr(store.value.indices[-1]))
 
 
+@pytest.mark.parametrize("l1d", [32768, 49152])
+def test_transposed_panels_are_copied_by_blocks_of_rows_with_the_reduction_innermost(
+        l1d, monkeypatch):
+    """``x @ W.T`` reads ``W[j, r]``: unit stride along the reduction, a row apart along the
+    column, so each strip is copied by blocks of rows (a quarter of L1, from the host), each
+    column's part of a block with ``r`` innermost, and the kernel still matches."""
+    from tecomp.codegen import kernel as kernel_mod
+    from tecomp.stmt_functor import walk_expr
+
+    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    host = Host(vector_bits=512, fma=True, cores=2, l1d=l1d, l2=1 << 20, l3=1 << 25)
+    outs, ins = _dense(45, 700, 70, "float32", "bias")
+    func, _ = lower_program(outs, ins)
+    scheduled = schedule_cpu(func, host=host)
+    found = _panel_loops(scheduled)
+    assert found
+    nr = microkernel.tile_shape(host, 4)[1]
+    for _, path, store in found:  # panel[strip, k - kc, column] = W[column, k]
+        inner, column, rows = path[-1], path[-2], path[-3]
+        assert inner.var in set(walk_expr(store.indices[1]))
+        assert store.value.indices[-1] == inner.var, str(store)
+        assert column.var in set(walk_expr(store.indices[2]))
+        assert rows.step == microkernel.transpose_block(host, nr, 4) == l1d // (4 * nr * 4)
+    rng = np.random.default_rng(7)
+    arrays = random_inputs(ins, rng)
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    kernel = _kernel(scheduled)
+    for threads in (1, 2):
+        kernel.threads = threads
+        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("cores", [2, 4])
 def test_few_rows_many_columns_split_the_columns_across_threads(cores, monkeypatch):
     """24 rows fit one row block, so splitting them per core would pack the whole panel once

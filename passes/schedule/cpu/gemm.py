@@ -77,6 +77,7 @@ from .microkernel import (
     pack_rows,
     row_operand,
     tile_shape,
+    transpose_block,
 )
 from .tile import const_extent, match_row_loop, seq, split_end, unroll_rows
 
@@ -270,8 +271,8 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
     if tiles is None:
         return None
     names |= trial
-    packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize))
-             for x, buf in panels]
+    packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize),
+                        block=transpose_block(host, nr, itemsize)) for x, buf in panels]
     row_pack = None if rows is None else pack_rows(
         rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi, mr, names)
     if row_pack is not None and microkernel.ROWS_BEFORE_COLUMNS:

@@ -83,6 +83,7 @@ from .microkernel import (
     pack_rows,
     row_operand,
     tile_shape,
+    transpose_block,
     unrolled_steps,
     window_in_place,
 )
@@ -263,8 +264,9 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
             step=mr),
         For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), one_columns)))))
     names |= trial
-    packs = [] if w is not None else [pack_panel(x, panel, k, j, kc, khi, jc, jhi, nr, names,
-                                                  width, period)]
+    packs = [] if w is not None else [pack_panel(
+        x, panel, k, j, kc, khi, jc, jhi, nr, names, width, period,
+        transpose_block(host, nr, itemsize))]
     row_pack = [] if rows_panel is None else [
         pack_rows(a, rows_panel, i, k, ic, iend, kc, khi, mr, names)]
 
