@@ -1,4 +1,4 @@
-"""A/B of twelve steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of thirteen steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -20,7 +20,9 @@
 * ``dot_unroll``: four reduction steps a trip of the plain-order tiles that broadcast their
   row operand in place (``gemm_dot.UNROLL``; off: one);
 * ``transposed_pack``: panels of a transposed operand (``W[j, k]``) copied by blocks of rows,
-  the reduction innermost (``microkernel.TRANSPOSED_COPY``; off: a strided gather a row).
+  the reduction innermost (``microkernel.TRANSPOSED_COPY``; off: a strided gather a row);
+* ``borders``: bordered (zero-padded) copies split where their guard changes
+  (``schedule.BORDERS``; off: one guarded store an element).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -50,6 +52,7 @@ from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, vector_sums  # noqa: E402
+from tecomp.passes.schedule.cpu import schedule as cpu_schedule  # noqa: E402
 
 
 def _off() -> dict[str, Callable[[], Callable[[], None]]]:
@@ -76,6 +79,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "in_place": patch([(microkernel, "IN_PLACE", False)]),
         "dot_unroll": patch([(gemm_dot, "UNROLL", False)]),
         "transposed_pack": patch([(microkernel, "TRANSPOSED_COPY", False)]),
+        "borders": patch([(cpu_schedule, "BORDERS", False)]),
     }
 
 
@@ -112,8 +116,8 @@ def programs():
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
-        yield f"{name} fwd", [Y], fins, steps + ("k_unroll",)
-        yield f"{name} grad", grads, gins, steps + ("k_unroll",)
+        yield f"{name} fwd", [Y], fins, steps + ("k_unroll", "borders")
+        yield f"{name} grad", grads, gins, steps + ("k_unroll", "borders")
     x = tc.placeholder((256, 784), name="x")
     W1, b1 = tc.placeholder((1024, 784), name="W1"), tc.placeholder((1024,), name="b1")
     W2, b2 = tc.placeholder((10, 1024), name="W2"), tc.placeholder((10,), name="b2")

@@ -55,6 +55,10 @@ from tecomp.loopir import (
 )
 from tecomp.stmt_functor import bound_names
 
+#: split bordered copies where their guard changes (:func:`.borders.split_borders`); False:
+#: keep the guarded store (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+BORDERS = True
+
 
 def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
                  host: Host | None = None, gemm: bool = True,
@@ -84,6 +88,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     R``) where lowering put the bare ``v``; iterations still write disjoint elements.  It is
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
+    from .borders import split_borders
     from .dot import block_dots
     from .flat_loops import drop_dead_code, drop_unit_loops
     from .fuse_loops import fuse_row_loops
@@ -108,6 +113,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
         if pack:
             func = reguard(func, unguarded)
     func = fuse_row_loops(split_mod_loops(vector_sums(block_dots(block_rows(func)), host)))
+    if BORDERS:
+        func = split_borders(func)
     func = drop_dead_code(block_sums(func, block=256 * host.lanes(4), parallel=threads))
     return fuse_parallel(func) if threads else func
 
