@@ -245,8 +245,15 @@ assert np.array_equal(k(a), a * 3)
 def allowed(path):
     line = [x for x in open(path) if x.startswith("Cpus_allowed_list")][0]
     return line.split(":")[1].strip()
-print(json.dumps({"workers": [allowed(f"/proc/self/task/{t}/status")
-                              for t in set(os.listdir("/proc/self/task")) - before],
+import time
+deadline = time.monotonic() + 10  # a worker binds itself when it first runs, which may
+while True:                       # be after the call it was started for has returned
+    workers = [allowed(f"/proc/self/task/{t}/status")
+               for t in set(os.listdir("/proc/self/task")) - before]
+    if all(w.isdigit() for w in workers) or time.monotonic() > deadline:
+        break
+    time.sleep(0.01)
+print(json.dumps({"workers": workers,
                   "caller": allowed("/proc/self/status"),
                   "cpus": sorted(os.sched_getaffinity(0))}))
 """

@@ -151,9 +151,19 @@ def test_random_scheduled_programs_equal_the_evaluator(seed, monkeypatch):
 
 
 def test_padding_loads_are_speculated_without_branches():
+    """A zero-padded copy is split at its borders (no guard left per element); a guarded
+    read the split keeps (an equality) is a clamped, speculated load, not a branch."""
     X = tc.placeholder((1, 4, 8, 8), name="X")
     W = tc.placeholder((4, 4, 3, 3), name="W")
     Y = tc.ops.conv2d(X, W, padding=1)
     kernel = tc.build(Y, [X, W])
     assert "sel.t" not in kernel.source  # no branch per padded read
+    A = tc.placeholder((4, 8), name="A")
+    P = tc.compute((4, 8), lambda i, j: tc.if_then_else(tc.ne(j, 0), A[i, j - 1], 0.0),
+                   name="P")
+    kernel = tc.build(P, [A])
+    assert "sel.t" not in kernel.source
     assert "llvm.smax.i64" in kernel.source or "smax" in kernel.source
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    want = np.concatenate([np.zeros((4, 1), np.float32), a[:, :-1]], axis=1)
+    np.testing.assert_array_equal(kernel(a), want)

@@ -7,7 +7,9 @@ axis.  The failure this guards against is what the issue measured before: innerm
 2-3 iterations over kernel taps, with strided access.  A loop shorter than the host's float32
 vector passes only when it walks an image axis (an extent above the kernel's) that is itself
 that short, give or take the kernel's halo (the columns a window clips at the image edge
-run in a stage or a loop of their own).
+run in a stage or a loop of their own).  A loop that only stores a constant (the zero border
+of a padded copy, :mod:`tecomp.passes.schedule.cpu.borders`, as wide as the padding) computes
+nothing and is not counted.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def _short_loops(func, lanes: int, kernel: int) -> list[str]:
             continue
         if any(isinstance(x, For) for x in walk_stmt(s.body)):
             continue  # not innermost
+        if isinstance(s.body, Store) and isinstance(s.body.value, E.Const):
+            continue  # a border of a padded copy: stores of a constant
         if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
             continue  # a symbolic or blocked extent: not a short constant loop
         trips = max(0, (int(s.hi.value) - int(s.lo.value) + s.step - 1) // s.step)
