@@ -1,4 +1,4 @@
-"""A/B of thirteen steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of fourteen steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -22,7 +22,9 @@
 * ``transposed_pack``: panels of a transposed operand (``W[j, k]``) copied by blocks of rows,
   the reduction innermost (``microkernel.TRANSPOSED_COPY``; off: a strided gather a row);
 * ``borders``: bordered (zero-padded) copies split where their guard changes
-  (``schedule.BORDERS``; off: one guarded store an element).
+  (``schedule.BORDERS``; off: one guarded store an element);
+* ``narrow_rows``: panels of a flattened image copied by image rows of 8 elements or more
+  (``microkernel.NARROW_ROWS``; off: rows of half a strip or more).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -80,6 +82,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "dot_unroll": patch([(gemm_dot, "UNROLL", False)]),
         "transposed_pack": patch([(microkernel, "TRANSPOSED_COPY", False)]),
         "borders": patch([(cpu_schedule, "BORDERS", False)]),
+        "narrow_rows": patch([(microkernel, "NARROW_ROWS", False)]),
     }
 
 
@@ -116,8 +119,8 @@ def programs():
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
-        yield f"{name} fwd", [Y], fins, steps + ("k_unroll", "borders")
-        yield f"{name} grad", grads, gins, steps + ("k_unroll", "borders")
+        yield f"{name} fwd", [Y], fins, steps + ("k_unroll", "borders", "narrow_rows")
+        yield f"{name} grad", grads, gins, steps + ("k_unroll", "borders", "narrow_rows")
     x = tc.placeholder((256, 784), name="x")
     W1, b1 = tc.placeholder((1024, 784), name="W1"), tc.placeholder((1024,), name="b1")
     W2, b2 = tc.placeholder((10, 1024), name="W2"), tc.placeholder((10,), name="b2")

@@ -78,6 +78,12 @@ IN_PLACE = True
 #: switch of ``benchmarks/ab_cpu_steps.py``)
 TRANSPOSED_COPY = True
 
+#: copy a strip of a flattened image by image rows when they are at least ROW_LEAST elements
+#: wide (:func:`pack_panel`); False: only rows of half a strip or more (an A/B switch of
+#: ``benchmarks/ab_cpu_steps.py``)
+NARROW_ROWS = True
+ROW_LEAST = 8
+
 
 def vector_registers(host: Host) -> int:
     """Vector registers of the host's instruction set (32 with AVX-512 or NEON, else 16)."""
@@ -110,11 +116,14 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     order: strip ``jb`` holds columns ``jc + jb*nr ...``, row ``k - kc``, unit stride.
 
     When ``x`` reads a flattened image (``X[.., j // w + ry, j % w + rx]``, an implicit
-    GEMM's columns) with rows at least half a strip wide, each strip is copied by image rows:
+    GEMM's columns) with rows of at least :data:`ROW_LEAST` elements, each strip is copied by
+    image rows:
     for ``j`` in the part of the strip inside row ``y``, ``j // w = y`` and ``j % w = j - y*w``
     exactly, so every copy loop reads and writes with unit stride instead of dividing per
     element (a 3x3 convolution's forward over 32x32 images, 64 -> 64 channels, 24% faster on
-    one AVX-512 core; a 1x1 one over 16x16, 256 -> 64, 35%).  With ``width`` (the lanes of
+    one AVX-512 core; a 1x1 one over 16x16, 256 -> 64, 35%; rows of 8 in strips of 32, a
+    stride-2 3x3 forward over 8x128x16x16 -> 256, 11% on an AVX-512 AMD EPYC, where rows of
+    half a strip or more were the rule before).  With ``width`` (the lanes of
     a vector register), a copy of a whole strip is a lane loop of ``nr / width`` vector
     loads and stores: LLVM's loop vectoriser, interleaving four vectors, would leave a
     32-element copy to its scalar remainder.  When ``x`` runs with unit stride along ``k``
@@ -135,7 +144,7 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     strips = E.floordiv(E.add(E.sub(jhi, jc), index_const(nr - 1)), index_const(nr))
     end = E.minimum(E.add(start, index_const(nr)), jhi)
     c = fresh_var("jx", names)
-    w = _row_width(x, j, max(8, nr // 2))
+    w = _row_width(x, j, ROW_LEAST if NARROW_ROWS else max(8, nr // 2))
     if w is None and _unit_stride(x, k) and not _unit_stride(x, j) and _divided(x, j):
         # the source runs along k and j enters it through divisions (a strided
         # convolution's weight gradient reads its image at X[n, c, 2 y + ky, 2 x + kx]
@@ -237,8 +246,9 @@ def _divided(x: BufferLoad, v: E.Var) -> bool:
 
 def _row_width(x: BufferLoad, j: E.Var, least: int) -> int | None:
     """The one constant ``w >= least`` such that ``j`` enters ``x``'s indices through
-    ``j // w`` and ``j % w`` (and affine terms) only, else None (rows narrower than half a
-    strip: copy loops of a few elements measured slower than the division per element)."""
+    ``j // w`` and ``j % w`` (and affine terms) only, else None (rows narrower than
+    ``least``: copy loops of a few elements measured slower than the division per
+    element)."""
     found: set[int] = set()
     for e in walk_expr(x):
         if isinstance(e, (E.FloorDiv, E.Mod)) and j in expr_vars(e):
