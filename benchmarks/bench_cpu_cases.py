@@ -165,13 +165,18 @@ def conv_transpose(n: int, c: int, k: int, hw: int) -> Case:
 
 
 # ------------------------------------------------------------------------------ transformer
-def attention(heads: int, length: int, d: int, quick: bool = False) -> Case:
+def attention(heads: int, length: int, d: int, quick: bool = False,
+              causal: bool = True) -> Case:
     scale = 1.0 / math.sqrt(d)
 
     def tcf(Q, K, V):
         c = tc.reduce_axis(d, name="c")
-        S = tc.compute((heads, length, length), lambda h, i, j: tc.if_then_else(
-            j <= i, tc.sum(Q[h, i, c] * K[h, j, c], axis=c) * scale, -1e30), name="S")
+        if causal:
+            S = tc.compute((heads, length, length), lambda h, i, j: tc.if_then_else(
+                j <= i, tc.sum(Q[h, i, c] * K[h, j, c], axis=c) * scale, -1e30), name="S")
+        else:
+            S = tc.compute((heads, length, length), lambda h, i, j: tc.sum(
+                Q[h, i, c] * K[h, j, c], axis=c) * scale, name="S")
         P = tc.ops.softmax(S)
         t = tc.reduce_axis(length, name="t")
         return tc.compute((heads, length, d),
@@ -181,23 +186,27 @@ def attention(heads: int, length: int, d: int, quick: bool = False) -> Case:
         import torch
 
         s = (q @ k.transpose(-1, -2)) * scale
+        if not causal:
+            return torch.softmax(s, -1) @ v
         mask = torch.ones(length, length, dtype=torch.bool).triu(1)
         return torch.softmax(s.masked_fill(mask, -1e30), -1) @ v
 
     def jaxf(q, k, v):
         jnp = _jax().numpy
         s = (q @ jnp.swapaxes(k, -1, -2)) * scale
+        if not causal:
+            return _jax().nn.softmax(s, axis=-1) @ v
         i = jnp.arange(length)
         s = jnp.where(i[None, :] <= i[:, None], s, -1e30)
         return _jax().nn.softmax(s, axis=-1) @ v
 
     shape = (heads, length, d)
-    return Case(f"causal attention {heads}x{length}x{d}",
+    scores = length * (length + 1) // 2 if causal else length * length
+    return Case(f"{'causal ' if causal else ''}attention {heads}x{length}x{d}",
                 [Input("Q", shape), Input("K", shape), Input("V", shape)], tcf, torchf, jaxf,
-                # the products tecomp computes: the lower triangle of Q K^T (the masked
-                # scores are never evaluated), all of P V
-                flops=2 * heads * d * (length * (length + 1) // 2 + length * length),
-                quick=quick)
+                # the products tecomp computes: with the mask, the lower triangle of Q K^T
+                # (the masked scores are never evaluated), all of P V
+                flops=2 * heads * d * (scores + length * length), quick=quick)
 
 
 def layer_norm(rows: int, cols: int, quick: bool = False) -> Case:
@@ -343,6 +352,7 @@ def all_cases() -> list[Case]:
         conv(8, 256, 64, 16, 1, 1, 0), conv(8, 256, 256, 8, 3, 1, 1),
         conv(8, 128, 128, 32, 3, 1, 1, depthwise=True), conv_transpose(8, 64, 32, 16),
         attention(4, 256, 64, quick=True), attention(8, 1024, 64),
+        attention(8, 512, 64, causal=False),
         layer_norm(2048, 768, quick=True), gelu(2048, 2048, quick=True),
         gelu_erf(2048, 2048),
         dense(512, 768, 3072), dense(512, 3072, 768),
