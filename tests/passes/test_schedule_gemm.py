@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_order import lower_program
+from gemm_cases import compiled, dense_case, panel_loops, strided_weight_gradient
 from loop_interp import random_inputs, run
 
 import tecomp as tc
 from tecomp.host import Host, describe
 from tecomp.loopir import For, IfThenElse, Seq
-from tecomp.passes.schedule.cpu import microkernel, schedule_cpu
+from tecomp.passes.schedule.cpu import schedule_cpu
 from tecomp.passes.schedule.cpu.gemm import block_caches, block_sizes
-from tecomp.pipeline import lower as pipeline_lower
 
 #: a host with tiny caches, so that small programs are blocked in every dimension
 TINY = Host(vector_bits=256, fma=True, cores=2, l1d=512, l2=1024, l3=8192)
@@ -108,13 +108,6 @@ def test_blocked_programs_are_bit_identical_in_the_interpreter(seed, pack):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4, err_msg=f"sizes {sizes}")
 
 
-def _kernel(func):
-    from tecomp.codegen.kernel import Kernel
-    from tecomp.codegen.llvm import compile_function
-
-    return Kernel(func, compile_function(func, disk=None), target="llvm")
-
-
 @pytest.mark.parametrize("pack", [True, False])
 @pytest.mark.parametrize("seed", range(6))
 def test_compiled_blocked_kernels_match_the_evaluator(seed, pack, monkeypatch):
@@ -126,7 +119,7 @@ def test_compiled_blocked_kernels_match_the_evaluator(seed, pack, monkeypatch):
     func, consts = lower_program(outs, ins)
     assert not consts
     assert block_caches(func, TINY) is not func, sizes
-    kernel = _kernel(schedule_cpu(func, host=TINY, pack=pack))
+    kernel = compiled(schedule_cpu(func, host=TINY, pack=pack))
     arrays = random_inputs(ins, rng)
     want = tc.evaluate(outs, dict(zip(ins, arrays)))
     for threads in (1, 2):
@@ -149,7 +142,7 @@ def test_symbolic_sizes_compile_and_match(monkeypatch):
     C = tc.compute((n, m), lambda i, j: tc.sum(A[i, r] * B[r, j], axis=r), name="C")
     func = schedule_cpu(lower_program([C], [A, B])[0], host=TINY)
     assert any(x.var.name == "jc" for x in _loops(func.body))
-    kernel = _kernel(func)
+    kernel = compiled(func)
     rng = np.random.default_rng(7)
     for rows, inner, cols in [(1, 1, 1), (3, 17, 5), (29, 31, 33), (0, 4, 4), (13, 0, 9)]:
         a = rng.standard_normal((rows, inner)).astype(np.float32)
@@ -198,7 +191,7 @@ def test_a_tiles_reduction_loop_runs_four_steps_a_trip_then_its_tail(k):
     for x in around:
         assert len(x.body.stmts) == K_UNROLL if x.step == K_UNROLL else isinstance(x.body, For)
     arrays = random_inputs(ins, np.random.default_rng(k))
-    got = _kernel(schedule_cpu(func))(*arrays)
+    got = compiled(schedule_cpu(func))(*arrays)
     (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -229,7 +222,7 @@ def test_register_tiled_kernels_match_the_evaluator(seed, dtype, monkeypatch):
     func, consts = lower_program(outs, ins)
     scheduled = schedule_cpu(func)
     assert any(x.kind == "lanes" for x in _loops(scheduled.body)), sizes
-    kernel = _kernel(scheduled)
+    kernel = compiled(scheduled)
     arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
     want = tc.evaluate(outs, dict(zip(ins, arrays)))
     tol = 1e-4 if dtype == "float32" else 1e-11
@@ -238,25 +231,6 @@ def test_register_tiled_kernels_match_the_evaluator(seed, dtype, monkeypatch):
         for g, w in zip(kernel(*arrays), want):
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol,
                                        err_msg=f"sizes {sizes}, {threads} thread(s)")
-
-
-def _dense(n, k, m, dtype, epilogue):
-    x = tc.placeholder((n, k), name="x", dtype=dtype)
-    W = tc.placeholder((m, k), name="W", dtype=dtype)
-    b = tc.placeholder((m,), name="b", dtype=dtype)
-    r = tc.reduce_axis(k, name="r")
-    if epilogue == "bias":
-        out = tc.ops.dense(x, W, b, name="h")
-    elif epilogue == "select":
-        out = tc.compute((n, m), lambda i, j: tc.if_then_else(
-            tc.sum(x[i, r] * W[j, r], axis=r) > b[j], b[j], -1.0), name="h")
-    elif epilogue == "scaled bias, clamp":
-        out = tc.compute((n, m), lambda i, j: tc.maximum(
-            tc.sum(x[i, r] * W[j, r], axis=r) * 0.5 + b[j], 0.0), name="h")
-    else:  # exp: not a vector lane form, so the plain-order schedule keeps it
-        out = tc.compute((n, m), lambda i, j: tc.exp(tc.sum(x[i, r] * W[j, r], axis=r) * 0.1),
-                         name="h")
-    return [out], [x, W, b]
 
 
 @pytest.mark.parametrize("epilogue", ["bias", "scaled bias, clamp", "select", "exp"])
@@ -270,7 +244,7 @@ def test_plain_order_contractions_take_register_tiles_with_their_epilogue(
     from tecomp.codegen import kernel as kernel_mod
 
     monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
-    outs, ins = _dense(*sizes, dtype, epilogue)
+    outs, ins = dense_case(*sizes, dtype, epilogue)
     func, _ = lower_program(outs, ins)
     scheduled = schedule_cpu(func)
     tiled = any(x.kind == "lanes" for x in _loops(scheduled.body))
@@ -280,7 +254,7 @@ def test_plain_order_contractions_take_register_tiles_with_their_epilogue(
     rng = np.random.default_rng(sum(sizes))
     arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
     (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
-    kernel = _kernel(scheduled)
+    kernel = compiled(scheduled)
     tol = 1e-4 if dtype == "float32" else 1e-12
     for threads in (1, 2):
         kernel.threads = threads
@@ -308,55 +282,13 @@ def test_row_operands_strided_along_the_reduction_are_packed(dtype, sizes, monke
     func, _ = lower_program(outs, ins)
     text = str(schedule_cpu(func).body)
     assert "xT_rows[" in text
-    dense = str(schedule_cpu(lower_program(*_dense(n, k, m, dtype, "bias"))[0]).body)
+    dense = str(schedule_cpu(lower_program(*dense_case(n, k, m, dtype, "bias"))[0]).body)
     assert "lanes for" in dense and "x_rows" not in dense
     X = tc.placeholder((2, 16, 10, 10), name="X")
     K = tc.placeholder((32, 16, 3, 3), name="K")
     conv = str(tc.lower(tc.ops.conv2d(X, K, padding=1), [X, K], target="llvm"))
     assert "lanes for" in conv and "K_rows" not in conv
     _matches_the_evaluator(func, outs, ins, sizes, dtype)
-
-
-@pytest.mark.parametrize("hw, r, pad, stride, c", [(20, 1, 0, 1, 24), (33, 3, 1, 1, 24),
-                                                   (18, 3, 0, 1, 24), (16, 3, 1, 2, 256)])
-def test_implicit_gemm_panels_are_copied_by_image_rows(hw, r, pad, stride, c, monkeypatch):
-    """A convolution's implicit GEMM packs columns ``p`` of the flattened image: the copy
-    loops run along image rows (``X[.., jy + ry, jx - jy * w + rx]``, unit stride, or
-    ``2 (jx - jy * w) + rx`` at stride 2), with no ``p // w`` or ``p % w`` per element, also
-    where rows (20, 33, 16 and 8 wide) and strips of ``nr`` columns cross each other;
-    results match the evaluator.  (A window over rows a multiple of the vector wide is read
-    in place instead: switched off here; the strided case has channels enough that its
-    columns are gathered by the panels, not staged.)"""
-    from tecomp import expr as E
-    from tecomp.codegen import kernel as kernel_mod
-    from tecomp.loopir import Store
-    from tecomp.stmt_functor import walk_expr, walk_stmt
-
-    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(microkernel, "IN_PLACE", False)
-    X = tc.placeholder((2, c, hw, hw), name="X")
-    K = tc.placeholder((20, c, r, r), name="K")
-    Y = tc.ops.conv2d(X, K, padding=pad, stride=stride)
-    func = tc.lower(Y, [X, K], target="llvm").func
-    copies = [s for s in walk_stmt(func.body) if isinstance(s, For)
-              and not any(isinstance(x, For) for x in walk_stmt(s.body))
-              and any(isinstance(x, Store) and x.buffer.name.endswith("_panel")
-                      for x in walk_stmt(s.body))]
-    assert copies
-    if int(Y.shape[-1]) >= 16:  # whole strips: vector copies
-        assert any(loop.kind == "lanes" for loop in copies)
-    for loop in copies:
-        for store in [x for x in walk_stmt(loop.body) if isinstance(x, Store)]:
-            divides = [e for idx in store.value.indices + store.indices for e in walk_expr(idx)
-                       if isinstance(e, (E.FloorDiv, E.Mod)) and loop.var in set(walk_expr(e))]
-            assert not divides, str(loop)
-    rng = np.random.default_rng(hw + r)
-    arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (X, K)]
-    (want,) = tc.evaluate([Y], dict(zip([X, K], arrays)))
-    kernel = tc.build(Y, [X, K])
-    for threads in (1, 2):
-        kernel.threads = threads
-        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype, sizes", [("float32", (45, 300, 70)), ("float64", (19, 50, 37))])
@@ -389,7 +321,7 @@ def _matches_the_evaluator(func, outs, ins, sizes, dtype):
     rng = np.random.default_rng(sum(sizes))
     arrays = [a.astype(t.dtype) for a, t in zip(random_inputs(ins, rng), ins)]
     (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
-    kernel = _kernel(schedule_cpu(func))
+    kernel = compiled(schedule_cpu(func))
     tol = 1e-4 if dtype == "float32" else 1e-12
     for threads in (1, 2):
         kernel.threads = threads
@@ -416,98 +348,6 @@ def test_plain_order_row_prologues_are_packed(monkeypatch):
     _matches_the_evaluator(func, outs, ins, sizes, "float32")
 
 
-def _strided_weight_gradient():
-    """The weight gradient of a stride-2 3x3 convolution: ``dW_rows[o, p] = sum_k head[..o..k]
-    * X_pad[..p..k]``, 24 rows, 144 columns ``p = (c, ky, kx)``, 2*16*16 terms ``k = (n, y,
-    x)``, its panel gathered from the (phase-split) image."""
-    X = tc.placeholder((2, 16, 32, 32), name="X")
-    W = tc.placeholder((24, 16, 3, 3), name="W")
-    Y = tc.ops.conv2d(X, W, stride=2, padding=1)
-    H = tc.placeholder(tuple(Y.shape), name="head")
-    outs, ins = [tc.gradient(Y, [W], head=H)[0]], [X, W, H]
-    func, consts = pipeline_lower(outs, ins, target_name="llvm")  # implicit-GEMM rows
-    assert not consts
-    return outs, ins, func
-
-
-def _panel_loops(func):
-    """``(top, path, store)`` for each store into a packed panel: the top-level parallel loop
-    around it and the loops from there to the store, innermost last."""
-    from tecomp.loopir import Store
-
-    found = []
-
-    def walk(s, path, top):
-        if isinstance(s, For):
-            if top is None and s.kind == "parallel":
-                walk(s.body, [], s)
-            else:
-                walk(s.body, path + [s], top)
-        elif isinstance(s, Seq):
-            for x in s.stmts:
-                walk(x, path, top)
-        elif isinstance(s, Store):
-            if top is not None and s.buffer.name.endswith("_panel"):
-                found.append((top, path, s))
-        elif isinstance(s, IfThenElse):
-            walk(s.then, path, top)
-            if s.else_ is not None:
-                walk(s.else_, path, top)
-        elif hasattr(s, "body"):
-            walk(s.body, path, top)
-
-    walk(func.body, [], None)
-    return found
-
-
-def test_panels_gathered_along_the_reduction_are_copied_with_it_innermost():
-    """The strided weight gradient's panel reads ``X_pad_s2[k // 256, p // 9, .., k % 16
-    + ..]``: unit stride along the reduction ``k``, none along the column ``p``, so each column
-    is copied with ``k`` innermost (the loads walk memory; the column's part of the address
-    is loop-invariant) instead of gathering a strip of columns per ``k``."""
-    from tecomp.stmt_functor import walk_expr
-
-    outs, ins, func = _strided_weight_gradient()
-    found = _panel_loops(schedule_cpu(func, host=describe()))
-    assert found
-    for _, path, store in found:  # panel[strip, k - kc, column]
-        inner = path[-1].var
-        assert inner in set(walk_expr(store.indices[1])), str(path[-1])
-        assert inner in set(walk_expr(store.value.indices[-1]))
-
-
-@pytest.mark.parametrize("l1d", [32768, 49152])
-def test_transposed_panels_are_copied_by_blocks_of_rows_with_the_reduction_innermost(
-        l1d, monkeypatch):
-    """``x @ W.T`` reads ``W[j, r]``: unit stride along the reduction, a row apart along the
-    column, so each strip is copied by blocks of rows (a quarter of L1, from the host), each
-    column's part of a block with ``r`` innermost, and the kernel still matches."""
-    from tecomp.codegen import kernel as kernel_mod
-    from tecomp.stmt_functor import walk_expr
-
-    monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
-    host = Host(vector_bits=512, fma=True, cores=2, l1d=l1d, l2=1 << 20, l3=1 << 25)
-    outs, ins = _dense(45, 700, 70, "float32", "bias")
-    func, _ = lower_program(outs, ins)
-    scheduled = schedule_cpu(func, host=host)
-    found = _panel_loops(scheduled)
-    assert found
-    nr = microkernel.tile_shape(host, 4)[1]
-    for _, path, store in found:  # panel[strip, k - kc, column] = W[column, k]
-        inner, column, rows = path[-1], path[-2], path[-3]
-        assert inner.var in set(walk_expr(store.indices[1]))
-        assert store.value.indices[-1] == inner.var, str(store)
-        assert column.var in set(walk_expr(store.indices[2]))
-        assert rows.step == microkernel.transpose_block(host, nr, 4) == l1d // (4 * nr * 4)
-    rng = np.random.default_rng(7)
-    arrays = random_inputs(ins, rng)
-    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
-    kernel = _kernel(scheduled)
-    for threads in (1, 2):
-        kernel.threads = threads
-        np.testing.assert_allclose(kernel(*arrays), want, rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("cores", [2, 4])
 def test_few_rows_many_columns_split_the_columns_across_threads(cores, monkeypatch):
     """24 rows fit one row block, so splitting them per core would pack the whole panel once
@@ -521,19 +361,19 @@ def test_few_rows_many_columns_split_the_columns_across_threads(cores, monkeypat
 
     monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
     host = replace(describe(), cores=cores)
-    outs, ins, func = _strided_weight_gradient()
+    outs, ins, func = strided_weight_gradient()
     scheduled = schedule_cpu(func, host=host)
-    found = _panel_loops(scheduled)
+    found = panel_loops(scheduled)
     assert found
     def copies_own_columns(top, path):
         return any(top.var in expr_vars(s.lo) | expr_vars(s.hi) for s in path)
 
     assert all(copies_own_columns(top, path) for top, path, _ in found)
-    dense_outs, dense_ins = _dense(512, 64, 256, "float32", "bias")
+    dense_outs, dense_ins = dense_case(512, 64, 256, "float32", "bias")
     dense = schedule_cpu(lower_program(dense_outs, dense_ins)[0], host=replace(host, cores=2))
-    found = _panel_loops(dense)
+    found = panel_loops(dense)
     assert found and not any(copies_own_columns(top, path) for top, path, _ in found)
-    kernel = _kernel(scheduled)
+    kernel = compiled(scheduled)
     rng = np.random.default_rng(cores)
     arrays = random_inputs(ins, rng)
     (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
