@@ -145,24 +145,22 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     end = E.minimum(E.add(start, index_const(nr)), jhi)
     c = fresh_var("jx", names)
     w = _row_width(x, j, ROW_LEAST if NARROW_ROWS else max(8, nr // 2))
-    if w is None and _unit_stride(x, k) and not _unit_stride(x, j) and _divided(x, j):
-        # the source runs along k and j enters it through divisions (a strided
-        # convolution's weight gradient reads its image at X[n, c, 2 y + ky, 2 x + kx]
-        # with j = (c, ky, kx), k = (n, y, x)): one column of the strip at a time, k
-        # innermost, so the loads walk memory with unit stride and the column's part of the
-        # address (its divisions) is computed once per column, not once per element
-        at = (jb, E.sub(k, kc), E.sub(c, start))
-        copy = Store(buf, at, subst_expr(x, {j: c}))
-        # k in the digits of its box when the slices are whole periods (by_period)
+    along_k = w is None and _unit_stride(x, k) and not _unit_stride(x, j)
+    # the source runs along k, not along j: each column of the strip copied with k
+    # innermost, so the loads walk memory with unit stride
+    copy = Store(buf, (jb, E.sub(k, kc), E.sub(c, start)), subst_expr(x, {j: c}))
+    if along_k and _divided(x, j):
+        # j enters it through divisions (a strided convolution's weight gradient reads its
+        # image at X[n, c, 2 y + ky, 2 x + kx] with j = (c, ky, kx), k = (n, y, x)): the
+        # column's part of the address (its divisions) is computed once per column, not once
+        # per element; k in the digits of its box when the slices are whole periods
         column = by_period(k, kc, khi, copy, period, names, K_UNROLL) or For(k, kc, khi, copy)
         return For(jb, index_const(0), strips, For(c, start, end, column))
-    if (w is None and block and TRANSPOSED_COPY and _unit_stride(x, k)
-            and not _unit_stride(x, j) and not _divided(x, j)):
+    if along_k and block and TRANSPOSED_COPY:
         # a transposed operand (a dense layer's W[j, k]): ``block`` rows of the strip at a
-        # time, each column's part of them copied with k innermost
+        # time, so that their lines stay in L1 while the columns fill them
         kb = fresh_var("kb", names)
         bhi = E.minimum(E.add(kb, index_const(block)), khi)
-        copy = Store(buf, (jb, E.sub(k, kc), E.sub(c, start)), subst_expr(x, {j: c}))
         return For(jb, index_const(0), strips, For(kb, kc, khi, For(
             c, start, end, For(k, kb, bhi, copy)), step=block))
     if w is None:
