@@ -76,7 +76,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     (:func:`.dot.block_dots`), vector partial sums kept across reduction nests whose innermost
     loop is short (:func:`.vector_sums.vector_sums`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
-    (:func:`.fuse_loops.fuse_row_loops`), blocked float64-combined partial sums of long
+    (:func:`.fuse_loops.fuse_row_loops`), zero-bordered copies split where their guard
+    changes (:func:`.borders.split_borders`), blocked float64-combined partial sums of long
     float32 reductions (:func:`.reduce_accumulators.block_sums`, blocks of 256 vectors of
     ``host``: default :func:`tecomp.host.describe`), the code constant bounds make dead or
     run once dropped (:func:`.flat_loops.drop_dead_code`), then, with ``threads``,
