@@ -1,4 +1,4 @@
-"""A/B of fourteen steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of fifteen steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -24,7 +24,9 @@
 * ``borders``: bordered (zero-padded) copies split where their guard changes
   (``schedule.BORDERS``; off: one guarded store an element);
 * ``narrow_rows``: panels of a flattened image copied by image rows of 8 elements or more
-  (``microkernel.NARROW_ROWS``; off: rows of half a strip or more).
+  (``microkernel.NARROW_ROWS``; off: rows of half a strip or more);
+* ``whole_tiles``: no loops past the whole register tiles where every block is whole tiles
+  (``tile.WHOLE_STRIPS``; off: tails that never run).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
 
@@ -53,7 +55,7 @@ from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
-from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, vector_sums  # noqa: E402
+from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, tile, vector_sums  # noqa: E402
 from tecomp.passes.schedule.cpu import schedule as cpu_schedule  # noqa: E402
 
 
@@ -83,6 +85,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "transposed_pack": patch([(microkernel, "TRANSPOSED_COPY", False)]),
         "borders": patch([(cpu_schedule, "BORDERS", False)]),
         "narrow_rows": patch([(microkernel, "NARROW_ROWS", False)]),
+        "whole_tiles": patch([(tile, "WHOLE_STRIPS", False)]),
     }
 
 
@@ -119,8 +122,9 @@ def programs():
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
-        yield f"{name} fwd", [Y], fins, steps + ("k_unroll", "borders", "narrow_rows")
-        yield f"{name} grad", grads, gins, steps + ("k_unroll", "borders", "narrow_rows")
+        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles")
+        yield f"{name} fwd", [Y], fins, steps + every
+        yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
     W1, b1 = tc.placeholder((1024, 784), name="W1"), tc.placeholder((1024,), name="b1")
     W2, b2 = tc.placeholder((10, 1024), name="W2"), tc.placeholder((10,), name="b2")

@@ -79,7 +79,7 @@ from .microkernel import (
     tile_shape,
     transpose_block,
 )
-from .tile import const_extent, match_row_loop, seq, split_end, unroll_rows
+from .tile import const_extent, match_row_loop, seq, strips_end, unroll_rows
 
 #: bytes of an element, by dtype (others: 4)
 _BYTES = {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
@@ -266,15 +266,17 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
         trial.add(buf.name)
         rows = (a, buf)
         ihi = upto(ic, mc, loop.hi)
+    ends = (strips_end(ic, ihi, mr, loop.lo, loop.hi, mc),
+            strips_end(jc, jhi, nr, inner.lo, inner.hi, nc))
     tiles = micro_tiles(st, i, k, j, ic, ihi, kc, khi, jc, jhi, mr, nr,
-                        host.lanes(itemsize), panels, trial, rows)
+                        host.lanes(itemsize), panels, trial, rows, ends)
     if tiles is None:
         return None
     names |= trial
     packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize),
                         block=transpose_block(host, nr, itemsize)) for x, buf in panels]
     row_pack = None if rows is None else pack_rows(
-        rows[0], rows[1], i, k, ic, split_end(ic, ihi, mr), kc, khi, mr, names)
+        rows[0], rows[1], i, k, ic, ends[0], kc, khi, mr, names)
     if row_pack is not None and microkernel.ROWS_BEFORE_COLUMNS:
         # the rows' copy depends on the slice only: made once for all column blocks
         slices = For(kc, kloop.lo, kloop.hi, seq([row_pack, For(

@@ -87,7 +87,7 @@ from .microkernel import (
     unrolled_steps,
     window_in_place,
 )
-from .tile import const_extent, plus, seq, split_end
+from .tile import const_extent, plus, seq, strips_end
 
 _BYTES = {"float32": 4, "float64": 8}
 
@@ -179,7 +179,8 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     trial.add(panel.name)
     first = E.compare(E.EQ, kc, kloop.lo)
     last = E.compare(E.GE, E.add(kc, index_const(kc_)), kloop.hi)
-    iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
+    iend = strips_end(ic, ihi, mr, loop.lo, loop.hi, mc)
+    jend = strips_end(jc, jhi, nr, col.lo, col.hi, nc)
 
     def value(col_e: E.Expr, strip: E.Expr, lane: E.Expr, start: E.Expr | None = None) -> E.Expr:
         """The update at column ``col_e`` (``lane`` of the panel's ``strip``; ``start``: the
@@ -223,7 +224,9 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                     IfThenElse(last, loops[3], loops[4])))
         return Allocate(t, body), loops
 
-    def scalar_columns(rows: int) -> Stmt:
+    def scalar_columns(rows: int) -> list[Stmt]:
+        if jend is jhi:  # every block is whole strips
+            return []
         v = value(j, E.floordiv(E.sub(jend, jc), index_const(nr)), E.sub(j, jend))
         items = []
         for r in range(rows):
@@ -239,7 +242,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                 IfThenElse(last, Store(fin.buffer, dst,
                                        replace_expr(subst_expr(fin.value, sub), old_acc, cur)),
                            Store(fin.buffer, dst, cur))))))
-        return For(j, jend, jhi, Seq(tuple(items)))
+        return [For(j, jend, jhi, Seq(tuple(items)))]
 
     one, _ = tile(1)  # the rows past the whole tiles read the row operand as it is
     one_columns = scalar_columns(1)
@@ -259,10 +262,10 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
     full, loops = tile(mr, unroll=rows_panel is None)
     if any(vector_form(x) is None for x in loops):
         return None
-    tiles = Seq((
-        For(i0, ic, iend, Seq((For(j0, jc, jend, full, step=nr), scalar_columns(mr))),
-            step=mr),
-        For(i0, iend, ihi, Seq((For(j0, jc, jend, one, step=nr), one_columns)))))
+    tiles = seq([For(i0, ic, iend, seq([For(j0, jc, jend, full, step=nr)]
+                                     + scalar_columns(mr)), step=mr)]
+                + ([] if iend is ihi else [  # the rows past the whole tiles
+                    For(i0, iend, ihi, seq([For(j0, jc, jend, one, step=nr)] + one_columns))]))
     names |= trial
     packs = [] if w is not None else [pack_panel(
         x, panel, k, j, kc, khi, jc, jhi, nr, names, width, period,

@@ -63,7 +63,7 @@ from tecomp.stmt_functor import (
 )
 
 from .digits import by_period, fresh_var, index_const
-from .tile import const_extent, plus, split_end
+from .tile import const_extent, plus, seq, split_end
 
 #: copy a packed row operand once per slice of ``k``, before the column blocks (module doc);
 #: False: once per column block, inside them (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
@@ -324,18 +324,20 @@ def aligned_read(x: BufferLoad, j: E.Var, w: int, start: E.Expr, lane: E.Expr) -
 def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
                 kc: E.Var, khi: E.Expr, jc: E.Var, jhi: E.Expr, mr: int, nr: int,
                 width: int, panels: list[tuple[BufferLoad, Buffer]],
-                names: set[str],
-                rows: tuple[E.Expr, Buffer] | None = None) -> Stmt | None:
+                names: set[str], rows: tuple[E.Expr, Buffer] | None = None,
+                ends: tuple[E.Expr, E.Expr] | None = None) -> Stmt | None:
     """One block's computation as register tiles (module doc), or None when the tile's
     update is not a lane loop the backend emits as vectors.  ``st`` is the update
     ``C[.., i, .., j] += v(i, k, j)``; ``width`` the lanes of one vector register (``nr``
     a multiple of it); ``panels`` the packed reads and their buffers; ``rows`` the row
     operand (:func:`row_operand`) and its packed copy (:func:`pack_rows`), which the whole
-    tiles' rows read instead."""
+    tiles' rows read instead; ``ends`` the ends of the whole tiles' rows and columns
+    (:func:`.tile.strips_end`; default :func:`.tile.split_end`): no tails are made where
+    they are ``ihi`` and ``jhi`` themselves."""
     i0, j0 = fresh_var(f"{i.name}0", names), fresh_var(f"{j.name}0", names)
     jj = fresh_var("jj", names)
     dt = st.buffer.dtype
-    iend, jend = split_end(ic, ihi, mr), split_end(jc, jhi, nr)
+    iend, jend = ends or (split_end(ic, ihi, mr), split_end(jc, jhi, nr))
 
     def value_at(col: E.Expr, strip: E.Expr, lane: E.Expr, packed: bool) -> E.Expr:
         """The update's value at column ``col``, held at ``lane`` of the panel's ``strip``
@@ -376,24 +378,27 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
         body = Allocate(acc, Seq((first, steps, lanes(stores))))
         return body, update, first
 
-    def columns_past_tiles(nrows: int) -> Stmt:
+    def columns_past_tiles(nrows: int) -> list[Stmt]:
+        if jend is jhi:
+            return []
         # j in [jend, jhi): the panel's strip (jend - jc) // nr, lane j - jend; affine in j
         v = value_at(j, E.floordiv(E.sub(jend, jc), index_const(nr)), E.sub(j, jend),
                      nrows == mr)
-        return For(k, kc, khi, For(j, jend, jhi, Seq(tuple(
+        return [For(k, kc, khi, For(j, jend, jhi, Seq(tuple(
             replace(st, indices=tuple(subst_expr(e, {i: plus(i0, r)}) for e in st.indices),
                     value=subst_expr(v, {i: plus(i0, r)}))
-            for r in range(nrows)))))
+            for r in range(nrows)))))]
 
     full_tile, update, first = tile(mr)
     if vector_form(update) is None or vector_form(first) is None:
         return None
+    full = For(i0, ic, iend, seq([For(j0, jc, jend, full_tile, step=nr)]
+                                 + columns_past_tiles(mr)), step=mr)
+    if iend is ihi:
+        return full
     row_tile, _, _ = tile(1)
-    full = For(i0, ic, iend, Seq((For(j0, jc, jend, full_tile, step=nr),
-                                  columns_past_tiles(mr))), step=mr)
-    rest = For(i0, iend, ihi, Seq((For(j0, jc, jend, row_tile, step=nr),
-                                   columns_past_tiles(1))))
-    return Seq((full, rest))
+    return Seq((full, For(i0, iend, ihi, seq([For(j0, jc, jend, row_tile, step=nr)]
+                                             + columns_past_tiles(1)))))
 
 
 #: steps of the reduction in one trip of a tile's loop (:func:`unrolled_steps`)

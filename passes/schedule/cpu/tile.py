@@ -165,6 +165,21 @@ def split_end(lo: E.Expr, hi: E.Expr, n: int) -> E.Expr:
     return E.add(lo, E.Mul(q, E.Const(n, lo.dtype), lo.dtype))
 
 
+def strips_end(c: E.Var, chi: E.Expr, n: int, lo: E.Expr, hi: E.Expr, step: int) -> E.Expr:
+    """:func:`split_end` of the block ``[c, chi)`` of a loop over ``[lo, hi)`` by ``step``:
+    ``chi`` itself when every block is whole strips of ``n`` (the extent and ``step``
+    multiples of ``n``), so that the strips past the whole ones are known to be none."""
+    ext = const_extent(lo, hi)
+    if WHOLE_STRIPS and ext is not None and ext % n == 0 and step % n == 0:
+        return chi
+    return split_end(c, chi, n)
+
+
+#: blocks known to be whole strips get no tails (:func:`strips_end`; an A/B switch of
+#: ``benchmarks/ab_cpu_steps.py``)
+WHOLE_STRIPS = True
+
+
 def plus(v: E.Var, n: int) -> E.Expr:
     return v if n == 0 else E.add(v, E.Const(n, v.dtype))
 
