@@ -1,4 +1,4 @@
-"""A/B of fifteen steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of sixteen steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -26,9 +26,12 @@
 * ``narrow_rows``: panels of a flattened image copied by image rows of 8 elements or more
   (``microkernel.NARROW_ROWS``; off: rows of half a strip or more);
 * ``whole_tiles``: no loops past the whole register tiles where every block is whole tiles
-  (``tile.WHOLE_STRIPS``; off: tails that never run).
+  (``tile.WHOLE_STRIPS``; off: tails that never run);
+* ``share_indices``: integer index arithmetic emitted once per basic block
+  (``emit_expr.SHARE_INDICES``; off: once per statement, LLVM removes the copies).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
+                                      [--programs NAME,...]
 
 Each program is built once per variant (in-process kernel cache cleared, persistent cache
 off), checked against the full build, and all builds are timed round-robin in one process
@@ -54,6 +57,7 @@ import tecomp as tc  # noqa: E402
 from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
+from tecomp.codegen.llvm import emit_expr  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, tile, vector_sums  # noqa: E402
 from tecomp.passes.schedule.cpu import schedule as cpu_schedule  # noqa: E402
@@ -86,6 +90,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "borders": patch([(cpu_schedule, "BORDERS", False)]),
         "narrow_rows": patch([(microkernel, "NARROW_ROWS", False)]),
         "whole_tiles": patch([(tile, "WHOLE_STRIPS", False)]),
+        "share_indices": patch([(emit_expr, "SHARE_INDICES", False)]),
     }
 
 
@@ -122,7 +127,7 @@ def programs():
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
-        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles")
+        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "share_indices")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -132,24 +137,26 @@ def programs():
     h = tc.ops.dense(x, W1, b1, name="h")
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
-    yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], ("dot_unroll",)
+    yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
+        ("dot_unroll", "share_indices")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
-        [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll")
+        [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
+                                 "share_indices")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
         hd = tc.ops.dense(xd, Wd, bd)
         Hd = tc.placeholder(hd.shape, name="H")
         yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
-            ("dot_unroll", "transposed_pack")
+            ("dot_unroll", "transposed_pack", "share_indices")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
-            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack")
+            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices")
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
-        yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack",)
+        yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices")
         yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
-            ("rows", "k_unroll", "rows_once", "transposed_pack")
+            ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", default="", help="comma-separated steps: programs measured "
                     "against one of them, and only those variants")
+    ap.add_argument("--programs", default="", help="comma-separated substrings of the "
+                    "programs' names (default: all)")
     args = ap.parse_args(argv)
     if args.threads == 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
@@ -178,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     switches = _off()
     rng = np.random.default_rng(0)
     for name, outs, ins, steps in programs():
+        if args.programs and not any(p in name for p in args.programs.split(",")):
+            continue
         if args.threads == 1:  # the column split is never taken on one core
             steps = tuple(s for s in steps if s != "column_split")
         if args.only:

@@ -21,6 +21,11 @@ Semantics, following the reference evaluator (:mod:`tecomp.evaluate`):
   ``min``/``max`` of two constants: register tiles and row copies index with many such terms
   (a transformer block's gradient: about one instruction in six of the emitted IR), which
   LLVM would fold too, after Python had built, printed and LLVM had parsed them.
+* Integer arithmetic of variables and constants (no loads) is emitted once per basic block
+  while the variables keep their values, and ``a // c`` and ``a % c`` share one pair: a
+  register tile's sixty-four statements index with the same ``j0 // 32`` and
+  ``(p0 + 16) % 32``, which were a quarter of the instructions LLVM parsed, and had to
+  remove again, for a transformer block's gradient.
 * ``//`` and ``%`` on floats follow NumPy's ``divmod`` (``fmod`` then a sign fix).
 * ``if_then_else`` must not fault where a read in the arm not taken is out of bounds (e.g.
   padding).  When every buffer such an arm reads has constant, non-zero extents, both arms are
@@ -123,15 +128,25 @@ class ExprEmitter:
 
     def __init__(self, builder: ir.IRBuilder) -> None:
         self.b = builder
-        self.env: dict[E.Var, ir.Value] = {}
         self.buffers: dict[Buffer, ir.Value] = {}
         self._loads: dict[int, bool] = {}
         self._safe: dict[int, bool] = {}
         self._speculating = 0  # > 0: loads clamp their indices into the buffer (see Select)
         self._memo: dict[tuple[int, int], tuple[Any, ir.Value]] = {}
+        self._indices: dict[tuple[E.Expr, ir.Block], ir.Value] = {}  # pure integer arithmetic
+        self._pure: dict[int, tuple[Any, bool]] = {}
+        self._divmods: dict[tuple[ir.Value, int, ir.Block], tuple[ir.Value, ir.Value]] = {}
+        self.env: dict[E.Var, ir.Value] = _Env(self._indices)
 
     # ----------------------------------------------------------------------- entry points
     def visit(self, e: Any) -> ir.Value:
+        if SHARE_INDICES and type(e) in _INDEX_OPS and self._index_arithmetic(e):
+            # equal integer arithmetic of unchanged variables: one value per basic block
+            key = (e, self.b.block)
+            found = self._indices.get(key)
+            if found is None:
+                found = self._indices[key] = getattr(self, "visit_" + type(e).__name__)(e)
+            return found
         memo = isinstance(e, E.Expr) and not isinstance(e, (E.Const, E.Var, E.Zero))
         if memo:  # a subexpression shared within one statement is computed once per block
             key = (id(e), id(self.b.block))
@@ -257,11 +272,17 @@ class ExprEmitter:
         # a power of two stays an sdiv/srem pair too: as an arithmetic shift and a mask, the
         # 4x4/2 transposed convolution's forward ran 4% slower (LLVM simplifies its own
         # lowering of the pair further; benchmarks/ab_llvm_pipeline.py --variant fold)
+        key = (a, c, bd.block)  # ``a // c`` and ``a % c`` in one block: one pair for both
+        found = self._divmods.get(key) if SHARE_INDICES else None
+        if found is not None:
+            return found
         divisor = ir.Constant(t, c)
         q, r = bd.sdiv(a, divisor), bd.srem(a, divisor)
         negative = bd.icmp_signed("<", r, ir.Constant(t, 0))  # the sign differs from c's
-        return (bd.sub(q, bd.zext(negative, t)),
-                bd.add(r, bd.select(negative, divisor, ir.Constant(t, 0))))
+        found = self._divmods[key] = (bd.sub(q, bd.zext(negative, t)),
+                                      bd.add(r, bd.select(negative, divisor,
+                                                          ir.Constant(t, 0))))
+        return found
 
     def _float_divmod(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
         # NumPy's npy_divmod: mod = fmod(a, b); div = (a - mod) / b; fix signs; floor.
@@ -428,6 +449,17 @@ class ExprEmitter:
             self._safe[key] = hit
         return hit
 
+    def _index_arithmetic(self, e: E.Expr) -> bool:
+        """Whether ``e`` is integer ``+ - * // % min max`` of variables and constants."""
+        hit = self._pure.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        ok = T.is_int(e.dtype) and all(
+            type(c) in (E.Var, E.Const) and T.is_int(c.dtype)
+            or type(c) in _INDEX_OPS and self._index_arithmetic(c) for c in (e.a, e.b))
+        self._pure[id(e)] = (e, ok)  # the node is kept alive: its id is not reused
+        return ok
+
     def reads_memory(self, e: E.Expr) -> bool:
         """Whether evaluating ``e`` loads from a buffer (so it must not be speculated)."""
         key = id(e)
@@ -437,6 +469,32 @@ class ExprEmitter:
             hit = isinstance(e, BufferLoad) or any(self.reads_memory(c) for c in kids)
             self._loads[key] = hit
         return hit
+
+
+#: integer arithmetic of variables emitted once per block (the module doc; an A/B switch)
+SHARE_INDICES = True
+#: the integer operations :meth:`ExprEmitter.visit` emits once per block
+_INDEX_OPS = frozenset({E.Add, E.Sub, E.Mul, E.FloorDiv, E.Mod, E.Min, E.Max})
+
+
+class _Env(dict):
+    """Variables' values: rebinding one forgets the integer arithmetic emitted from them."""
+
+    def __init__(self, derived: dict) -> None:
+        super().__init__()
+        self.derived = derived
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.derived.clear()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.derived.clear()
+        super().__delitem__(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.derived.clear()
+        return super().pop(key, *default)
 
 
 def _common(a: str, b: str) -> str:

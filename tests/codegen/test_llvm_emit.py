@@ -425,3 +425,42 @@ def test_shared_subexpressions_are_emitted_once():
     for _ in range(40):
         want = np.minimum(want * want, 0.25) + np.maximum(want * want, -1.0) * 0.0 + want * 0.5
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_index_arithmetic_is_emitted_once_per_block_while_its_variables_keep_their_values():
+    """Statements of one loop body that index with the same ``i // 4`` and ``i % 4`` share
+    one ``sdiv``/``srem`` pair for both (a register tile's statements all index so); a
+    second loop over the same variable -- other blocks, another value of ``i`` -- computes
+    its own."""
+    from tecomp.codegen.llvm import emit_expr
+    from tecomp.codegen.llvm.emit import emit_module
+    from tecomp.loopir import Seq
+
+    i = E.Var("i")
+    x = Buffer("x", (E.Const(32, "int64"),), "float32", "input")
+    outs = [Buffer(name, (E.Const(8, "int64"), E.Const(4, "int64")), "float32", "output")
+            for name in ("y", "z", "w")]
+
+    def at():  # new, equal nodes for every statement
+        return (E.floordiv(i, E.Const(4, "int64")), E.mod(i, E.Const(4, "int64")))
+
+    xi = BufferLoad(x, (i,), "float32")
+    zero, n32 = E.Const(0, "int64"), E.Const(32, "int64")
+    body = Seq((
+        For(i, zero, n32, Seq((Store(outs[0], at(), xi),
+                               Store(outs[1], at(), E.mul(xi, E.Const(2.0, "float32")))))),
+        For(i, zero, n32, Store(outs[2], at(), E.add(xi, E.Const(1.0, "float32"))))))
+    func = LoweredFunc("f", (x,), tuple(outs), (), body)
+    text = str(emit_module(func))
+    assert text.count("sdiv i64") == 2 and text.count("srem i64") == 2, text
+    a = np.arange(32, dtype=np.float32)
+    y, z, w = build_kernel(func)(a)
+    np.testing.assert_array_equal(y, a.reshape(8, 4))
+    np.testing.assert_array_equal(z, 2 * a.reshape(8, 4))
+    np.testing.assert_array_equal(w, a.reshape(8, 4) + 1)
+    old = emit_expr.SHARE_INDICES
+    emit_expr.SHARE_INDICES = False
+    try:  # the A/B switch: a pair for each operation of each statement
+        assert str(emit_module(func)).count("sdiv i64") == 6
+    finally:
+        emit_expr.SHARE_INDICES = old
