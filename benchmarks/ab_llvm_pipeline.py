@@ -8,7 +8,9 @@ kernel time of each program's forward and gradient, built both ways in one proce
   forms of ``//`` and ``%`` by positive constants on / off
   (``tecomp.codegen.llvm.emit_expr.int_constant``);
 * ``--variant k2``: four reduction steps a trip of the register tiles' loop / two
-  (``tecomp.passes.schedule.cpu.microkernel.K_UNROLL``).
+  (``tecomp.passes.schedule.cpu.microkernel.K_UNROLL``);
+* ``--variant rolled``: the register tiles' reduction loops left rolled by LLVM's unroller
+  (``tecomp.codegen.llvm.emit.KEEP_TILE_LOOPS``) on / off.
 
     python -m benchmarks.ab_llvm_pipeline [--variant unroll] [--reps 9] [--threads 1]
                                           [--cases conv,attention]
@@ -63,6 +65,12 @@ def _switch(variant: str, base: bool):
         if not base:
             emit_expr.int_constant = lambda v: None
         return lambda: setattr(emit_expr, "int_constant", found)
+    if variant == "rolled":
+        from tecomp.codegen.llvm import emit
+
+        kept = emit.KEEP_TILE_LOOPS
+        emit.KEEP_TILE_LOOPS = base
+        return lambda: setattr(emit, "KEEP_TILE_LOOPS", kept)
     optimise = jit.optimise
     if not base:
         jit.optimise = lambda mod, speed_level=3, host=None: optimise(mod, 2, host)
@@ -104,7 +112,7 @@ def _close(got, want) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", choices=("unroll", "O2", "fold", "k2"), default="unroll")
+    ap.add_argument("--variant", choices=("unroll", "O2", "fold", "k2", "rolled"), default="unroll")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names")

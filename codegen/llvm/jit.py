@@ -281,7 +281,8 @@ def _pass_builder(speed_level: int, host: Host | None) -> Any:
     makes of the tiles' tail loops are a quarter of what LLVM compiles), but some
     convolutions ran slower (``benchmarks/ab_llvm_pipeline.py``, one AVX-512 core: 1x1
     8x256x16x16 -> 64 forward 1.14x, 4x4/2 transposed 1.17x, 3x3/2 1.12x; compile time 0.78x
-    and kernel time 1.02x / 1.01x in geometric mean over the default suite)."""
+    and kernel time 1.02x / 1.01x in geometric mean over the default suite).  The register
+    tiles' own loops are marked to be left rolled instead (``emit._tile_steps``)."""
     tm = _machine(host)
     builders = _thread_state("pass_builders")
     key = (id(tm), speed_level, UNROLL)

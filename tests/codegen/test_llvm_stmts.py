@@ -287,3 +287,41 @@ def test_verify_and_jit_stages_are_named():
            "  ret double %y\n}\n")
     with pytest.raises(CompileError, match=r"jit: could not load 'g'"):
         compile_ir(src, "g")
+
+
+def test_register_tile_loops_are_left_rolled(monkeypatch):
+    """A loop whose body is lane loops only -- a register tile's reduction steps, which the
+    schedule unrolls itself -- carries ``llvm.loop.unroll.disable`` (a self-referencing loop
+    ID): LLVM keeps one copy of the vector body where its unroller made several."""
+    from tecomp.codegen.kernel import Kernel
+    from tecomp.codegen.llvm import compile_function, emit
+    from tecomp.codegen.llvm.emit import emit_module
+
+    jj = E.Var("jj")
+    x = Buffer("X", (n,), "float32", "input")
+    w = Buffer("W", (n, c(16)), "float32", "input")
+    y = Buffer("Y", (c(16),), "float32", "output")
+    acc = Buffer("acc", (c(16),), "float32", "local")
+    step = For(jj, c(0), c(16), Store(acc, (jj,), load(acc, jj) + load(x, k) * load(w, k, jj)),
+               kind="lanes")
+    body = Allocate(acc, Seq((
+        For(jj, c(0), c(16), Store(acc, (jj,), c(0.0, "float32")), kind="lanes"),
+        For(k, c(0), n, step),
+        For(jj, c(0), c(16), Store(y, (jj,), load(acc, jj)), kind="lanes"))))
+    func = LoweredFunc("tile", (x, w), (y,), (n,), body)  # compiled afresh below: no caches
+    text = str(emit_module(func))
+    assert re.search(r'!(\d+) = !{ !\1, !\d+ }', text) and "llvm.loop.unroll.disable" in text
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(37).astype(np.float32)
+    b = rng.standard_normal((37, 16)).astype(np.float32)
+    copies = {}
+    for keep in (True, False):
+        monkeypatch.setattr(emit, "KEEP_TILE_LOOPS", keep)
+        kern = Kernel(func, compile_function(func, cache=None, disk=None), target="llvm")
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        copies[keep] = len(re.findall(r"fmul [a-z ]*<16 x float>|@llvm\.fma\.v16f32\(",
+                                      kern.source))
+    assert copies[True] == 1 < copies[False], copies
+    short = LoweredFunc("tile", (x, w), (y,), (n,), Allocate(acc, Seq((
+        body.body.stmts[0], For(k, c(0), c(3), step), body.body.stmts[2]))))
+    assert "llvm.loop" not in str(emit_module(short))  # three trips: LLVM unrolls it whole
