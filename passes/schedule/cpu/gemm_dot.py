@@ -244,8 +244,10 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                            Store(fin.buffer, dst, cur))))))
         return [For(j, jend, jhi, Seq(tuple(items)))]
 
-    one, _ = tile(1)  # the rows past the whole tiles read the row operand as it is
-    one_columns = scalar_columns(1)
+    rest: list[Stmt] = []  # the rows past the whole tiles read the row operand as it is
+    if iend is not ihi:
+        one, _ = tile(1)
+        rest = [For(i0, iend, ihi, seq([For(j0, jc, jend, one, step=nr)] + scalar_columns(1)))]
     a = row_operand(upd.value, i, j, k, fin.buffer)
     rows_panel = None
     if a is not None:  # whole tiles broadcast from a packed copy of it
@@ -264,8 +266,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         return None
     tiles = seq([For(i0, ic, iend, seq([For(j0, jc, jend, full, step=nr)]
                                      + scalar_columns(mr)), step=mr)]
-                + ([] if iend is ihi else [  # the rows past the whole tiles
-                    For(i0, iend, ihi, seq([For(j0, jc, jend, one, step=nr)] + one_columns))]))
+                + rest)
     names |= trial
     packs = [] if w is not None else [pack_panel(
         x, panel, k, j, kc, khi, jc, jhi, nr, names, width, period,
