@@ -1,4 +1,4 @@
-"""A/B of sixteen steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of eighteen steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -28,7 +28,12 @@
 * ``whole_tiles``: no loops past the whole register tiles where every block is whole tiles
   (``tile.WHOLE_STRIPS``; off: tails that never run);
 * ``share_indices``: integer index arithmetic emitted once per basic block
-  (``emit_expr.SHARE_INDICES``; off: once per statement, LLVM removes the copies).
+  (``emit_expr.SHARE_INDICES``; off: once per statement, LLVM removes the copies);
+* ``column_blocks``: a chain of stages that keep to their columns (the real DCT's butterfly
+  stages) run block of columns by block (``column_blocks.COLUMN_BLOCKS``; off: stage by
+  stage over all columns);
+* ``row_groups``: within a block, tree-shaped stages run group of rows by group
+  (``row_groups.ROW_GROUPS``; off: stage by stage over the block).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -59,7 +64,15 @@ from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import emit_expr  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
-from tecomp.passes.schedule.cpu import gemm, gemm_dot, microkernel, tile, vector_sums  # noqa: E402
+from tecomp.passes.schedule.cpu import (  # noqa: E402
+    column_blocks,
+    gemm,
+    gemm_dot,
+    microkernel,
+    row_groups,
+    tile,
+    vector_sums,
+)
 from tecomp.passes.schedule.cpu import schedule as cpu_schedule  # noqa: E402
 
 
@@ -91,6 +104,8 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "narrow_rows": patch([(microkernel, "NARROW_ROWS", False)]),
         "whole_tiles": patch([(tile, "WHOLE_STRIPS", False)]),
         "share_indices": patch([(emit_expr, "SHARE_INDICES", False)]),
+        "column_blocks": patch([(column_blocks, "COLUMN_BLOCKS", False)]),
+        "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
     }
 
 
@@ -127,7 +142,8 @@ def programs():
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
-        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "share_indices")
+        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "share_indices",
+                 "column_blocks")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -151,6 +167,13 @@ def programs():
             ("dot_unroll", "transposed_pack", "share_indices")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices")
+    for n, dtype in ((1024, "float64"), (4096, "float64"), (4096, "float32")):
+        X = tc.placeholder((n, 128), name="X", dtype=dtype)
+        Y = tc.ops.dct(X)
+        G = tc.placeholder((n, 128), name="G", dtype=dtype)
+        yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], ("column_blocks", "row_groups")
+        yield f"DCT-II {n}x128 {dtype} grad", list(tc.gradient(Y, [X], head=G)), [G], \
+            ("column_blocks", "row_groups")
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")

@@ -90,6 +90,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     meant for the CPU backend only (the CUDA backend maps lowered loops itself).
     """
     from .borders import split_borders
+    from .column_blocks import block_columns
     from .dot import block_dots
     from .flat_loops import drop_dead_code, drop_unit_loops
     from .fuse_loops import fuse_row_loops
@@ -117,6 +118,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     if BORDERS:
         func = split_borders(func)
     func = drop_dead_code(block_sums(func, block=256 * host.lanes(4), parallel=threads))
+    func = block_columns(func, host)
     return fuse_parallel(func) if threads else func
 
 

@@ -1,0 +1,318 @@
+"""Column blocks: a chain of stages that never mixes columns runs one block of columns at a time.
+
+A butterfly or Kronecker-sparse chain (:func:`tecomp.ops.butterfly_chain`) over a batch is a
+sequence of stages, each a loop nest whose innermost loop runs along the batch (the last,
+unit-stride axis) and reads its input only at the column it writes::
+
+    parallel for (i, 0, 64) { for (j, 0, 8) { for (n, 0, 128) {
+      M4[i, 0, j, n] = T4[i, j, 0, 0] * X[2 * i, n] + T4[i, j, 1, 0] * X[255 - 2 * i, n] } } }
+    parallel for (i, 0, 16) { ... for (n, 0, 128) { M3[i, l, j, n] = ... M4[., ., ., n] } }
+    ...
+
+Run stage after stage, each stage streams its whole input and output through the caches: at
+``n = 4096`` rows (``2n`` in the intermediate stages) and 128 float64 columns that is 8 MiB a
+stage, from the last-level cache or memory, for 8 multiply-adds per element.  Since column
+``n`` of every stage depends only on column ``n`` of the stages before it, the columns can be
+cut into blocks of ``B`` and the whole chain run for one block before the next (loop tiling
+of the column axis, then fusion of the tiled nests under the block loop: Wolfe, "More
+Iteration Space Tiling", Supercomputing 1989; the same blocking as running an FFT over a few
+vectors at a time)::
+
+    parallel for (nb, 0, 128 / B) {
+      for (i, 0, 64) { for (j, 0, 8) { lanes for (n, 0, B) {
+        M4[nb, i, 0, j, n] = T4[i, j, 0, 0] * X[2 * i, nb * B + n] + ... } } }
+      for (i, 0, 16) { ... lanes for (n, 0, B) { M3[nb, i, l, j, n] = ... M4[nb, ., ., ., n] } }
+      ... }
+
+The intermediate buffers are re-laid out with the block first (``(N / B, ..., B)``), so one
+block's part of a stage is contiguous: rows ``B`` elements long, not ``N`` elements apart
+(rows a power of two apart would share a few cache sets).  ``B`` is the largest multiple of
+the host's vector width dividing ``N`` whose block of all the chain's intermediates fits half
+the level-2 cache (one vector at least), so a stage reads the one before it from L2.  The
+block loop is the parallel loop: blocks write disjoint columns.  The innermost loop becomes a
+lane loop (:mod:`tecomp.lanes`) where its body has that form, so it is emitted as ``B``-wide
+vector operations.
+
+Legality.  A run of consecutive top-level nests qualifies when each is a perfect nest (loops
+and lets) whose innermost loop ``for (n, 0, N)`` (constant ``N``, the same for the run) holds
+one store, and ``n`` occurs in that store's indices and value only as the bare last index of
+a store or load (in no loop bound, let or other index); every buffer stored in the run is
+indexed that way in every access in the run.  Then column ``c`` of each stage is computed from
+column ``c`` of buffers the run writes (and from anything the run only reads), so running the
+nests in order for each block of columns computes exactly what running them in order over all
+columns does, and distinct blocks touch distinct columns.  Only runs of two or more nests whose
+intermediates (buffers allocated at the top and used only in the run) exceed half of L2 are
+blocked: below that the stages already meet in cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.functor import children, fresh_name
+from tecomp.host import Host
+from tecomp.lanes import vector_form
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Stmt, Store
+from tecomp.stmt_functor import StmtMutator, bound_names, rebuild_expr, walk_stmt
+
+from .row_groups import group_rows
+
+#: block the column axis of stage chains (False: leave them; an A/B switch of
+#: ``benchmarks/ab_cpu_steps.py``)
+COLUMN_BLOCKS = True
+
+#: the widest block, in vectors: a stage computes each of its rows from ``c`` rows of the
+#: stage before, with ``c`` factor values and addresses per row; four vectors a row pay
+#: those back (measured on the DCT-II, batch 128, one AVX-512 core: blocks of 1, 2, 4 and 8
+#: float64 vectors 1.56, 1.07, 1.05 and 1.50 times SciPy's time at n = 1024)
+VECTORS = 4
+
+#: a fixed block width instead of the rule above (the A/B tools' override; None: the rule)
+WIDTH: int | None = None
+
+_ELEM = {"float16": 2, "float32": 4, "float64": 8}
+
+
+def block_columns(func: LoweredFunc, host: Host) -> LoweredFunc:
+    """``func`` with each qualifying run of column-wise stages blocked (see the module doc)."""
+    if not COLUMN_BLOCKS:
+        return func
+    allocs: list[Buffer] = []
+    items: list[Stmt] = []
+    _flatten(func.body, allocs, items)
+    nests = [_column_nest(s) for s in items]
+    names = bound_names(func.body) | {p.name for p in func.params}
+    out: list[Stmt] = []
+    reshaped: dict[Buffer, Buffer] = {}
+    i = 0
+    while i < len(items):
+        j = i + 1
+        while nests[i] is not None and j < len(items) and nests[j] is not None \
+                and nests[j][1] == nests[i][1]:
+            j += 1
+        blocked = None
+        if j - i >= 2:
+            blocked = _block_run(items[i:j], [n for n in nests[i:j] if n is not None],
+                                 items[:i] + items[j:], allocs, host, names, reshaped)
+        if blocked is None:
+            out.append(items[i])
+            i += 1
+        else:
+            out.append(blocked)
+            i = j
+    if not reshaped:
+        return func
+    body: Stmt = out[0] if len(out) == 1 else Seq(tuple(out))
+    for b in reversed(allocs):
+        body = Allocate(reshaped.get(b, b), body)
+    return replace(func, body=body)
+
+
+def _flatten(s: Stmt, allocs: list[Buffer], items: list[Stmt]) -> None:
+    """The top-level statements of ``s`` in order, and the allocations around them."""
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _flatten(x, allocs, items)
+    elif isinstance(s, Allocate):
+        allocs.append(s.buffer)
+        _flatten(s.body, allocs, items)
+    else:
+        items.append(s)
+
+
+def _column_nest(s: Stmt) -> tuple[For, int] | None:
+    """``(innermost loop, N)`` when ``s`` is a perfect nest whose innermost loop runs over
+    ``[0, N)`` and stores once with its variable as the bare last index of the store and of
+    every load that uses it (and nowhere else), else None."""
+    outer: list[Stmt] = []
+    while True:
+        if isinstance(s, For) and isinstance(s.body, Store):
+            break
+        if isinstance(s, (For, LetStmt)):
+            outer.append(s)
+            s = s.body
+            continue
+        return None
+    if s.step != 1 or not (isinstance(s.lo, E.Const) and s.lo.value == 0
+                           and isinstance(s.hi, E.Const)):
+        return None
+    n, store = s.var, s.body
+    for x in outer:
+        exprs = (x.lo, x.hi) if isinstance(x, For) else (x.value,)
+        if any(_uses(e, n) for e in exprs):
+            return None
+    if not (store.indices and store.indices[-1] == n
+            and not any(_uses(x, n) for x in store.indices[:-1])
+            and _column_only(store.value, n, {})):
+        return None
+    return s, int(s.hi.value)
+
+
+def _uses(e: E.Expr, v: E.Var) -> bool:
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x == v:
+            return True
+        stack.extend(x.indices if isinstance(x, BufferLoad) else children(x))
+    return False
+
+
+def _column_only(e: E.Expr, n: E.Var, memo: dict[int, bool]) -> bool:
+    """Whether ``n`` occurs in ``e`` only as the bare last index of loads."""
+    got = memo.get(id(e))
+    if got is not None:
+        return got
+    if e == n:
+        ok = False
+    elif isinstance(e, BufferLoad):
+        ok = not any(_uses(x, n) for x in e.indices[:-1]) and (
+            not e.indices or e.indices[-1] == n or not _uses(e.indices[-1], n))
+    else:
+        ok = all(_column_only(c, n, memo) for c in children(e))
+    memo[id(e)] = ok
+    return ok
+
+
+def _accesses(s: Stmt) -> list[tuple[Buffer, tuple[E.Expr, ...]]]:
+    """Every load and store in ``s``: ``(buffer, indices)``."""
+    out: list[tuple[Buffer, tuple[E.Expr, ...]]] = []
+    seen: set[int] = set()
+
+    def loads(e: E.Expr) -> None:
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if isinstance(x, BufferLoad):
+                out.append((x.buffer, x.indices))
+                stack.extend(x.indices)
+            else:
+                stack.extend(children(x))
+
+    for st in walk_stmt(s):
+        if isinstance(st, Store):
+            out.append((st.buffer, st.indices))
+            loads(st.value)
+            for x in st.indices:
+                loads(x)
+        elif isinstance(st, For):
+            loads(st.lo)
+            loads(st.hi)
+        elif isinstance(st, LetStmt):
+            loads(st.value)
+    return out
+
+
+def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
+               allocs: list[Buffer], host: Host, names: set[str],
+               reshaped: dict[Buffer, Buffer]) -> Stmt | None:
+    """The nests of ``run`` under one loop over blocks of columns, or None when the run does
+    not qualify or would not gain (see the module doc)."""
+    N = nests[0][1]
+    stored = {x.body.buffer for x, _ in nests}
+    accesses = [(acc, inner.var) for s, (inner, _) in zip(run, nests) for acc in _accesses(s)]
+    for (buf, idx), n in accesses:
+        last = buf.shape[-1] if buf.shape else None
+        if buf in stored and not (idx and idx[-1] == n and isinstance(last, E.Const)
+                                  and last.value == N):
+            return None
+    outside = {buf for s in rest for buf, _ in _accesses(s)}
+    temps = [b for b in allocs if b in stored and b not in outside and b.dtype in _ELEM
+             and all(isinstance(d, E.Const) for d in b.shape)]
+    per_column = sum(_elements(b) // N * _ELEM[b.dtype] for b in temps)
+    half_l2 = host.l2 // 2
+    if not temps or per_column * N <= half_l2:
+        return None
+    lanes = host.lanes(min(_ELEM[b.dtype] for b in temps))
+    width = WIDTH or _block_width(N, lanes)
+    if width is None:
+        return None
+    blocks = N // width
+    chunks = max(1, min(host.cores, blocks))
+    while blocks % chunks:
+        chunks -= 1
+    t = E.Var(fresh_name("nt", names), "int64")
+    nb = E.Var(fresh_name("nb", names), "int64")
+    names.update((t.name, nb.name))
+    for b in temps:
+        shape = (E.Const(chunks, "int64"), *b.shape[:-1], E.Const(width, "int64"))
+        reshaped[b] = Buffer(b.name, shape, b.dtype, b.scope)
+    start = E.Mul(nb, E.Const(width, "int64"), "int64")
+    body, cut = group_rows([_Columns(inner.var, t, start, reshaped, width).visit(s)
+                            for s, (inner, _) in zip(run, nests)],
+                           {reshaped[b] for b in temps}, names)
+    for b in temps:
+        reshaped[b] = cut.get(reshaped[b], reshaped[b])
+    per = blocks // chunks
+    first = E.Mul(t, E.Const(per, "int64"), "int64")
+    inner_loop = For(nb, first, E.Add(first, E.Const(per, "int64"), "int64"), Seq(tuple(body)))
+    return For(t, E.Const(0, "int64"), E.Const(chunks, "int64"), inner_loop, kind="parallel")
+
+
+def _elements(b: Buffer) -> int:
+    count = 1
+    for d in b.shape:
+        count *= int(d.value)
+    return count
+
+
+def _block_width(N: int, lanes: int) -> int | None:
+    """The widest block of at most :data:`VECTORS` vectors of ``lanes`` that divides ``N``
+    into two blocks or more; None when there is none."""
+    widths = [w for w in range(lanes, min(VECTORS * lanes, N // 2) + 1, lanes) if N % w == 0]
+    return max(widths) if widths else None
+
+
+class _Columns(StmtMutator):
+    """One nest of a blocked run: its column loop over ``[0, width)`` (a lane loop where it
+    has that form), the outer loops serial, re-laid-out buffers indexed ``[nb, ..., n]`` and
+    the others at column ``nb·width + n``."""
+
+    def __init__(self, n: E.Var, nb: E.Var, start: E.Expr, reshaped: dict[Buffer, Buffer],
+                 width: int) -> None:
+        self.n, self.nb, self.reshaped, self.width = n, nb, reshaped, width
+        self.column = E.Add(start, n, "int64")
+        self.memo: dict[int, tuple[E.Expr, E.Expr]] = {}
+
+    def _index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
+        if not idx or idx[-1] != self.n:
+            return buf, idx
+        new = self.reshaped.get(buf)
+        if new is not None:
+            return new, (self.nb, *idx)
+        return buf, (*idx[:-1], self.column)
+
+    def mutate_expr(self, e: E.Expr) -> E.Expr:
+        got = self.memo.get(id(e))
+        if got is not None:
+            return got[1]
+        if isinstance(e, BufferLoad):
+            buf, idx = self._index(e.buffer, e.indices)
+            out = e if buf is e.buffer and idx is e.indices else BufferLoad(buf, idx, e.dtype)
+        else:
+            cs = children(e)
+            new = tuple(self.mutate_expr(c) for c in cs)
+            out = e if all(a is b for a, b in zip(new, cs)) else rebuild_expr(e, new)
+        self.memo[id(e)] = (e, out)
+        return out
+
+    def visit_Store(self, s: Store) -> Stmt:
+        buf, idx = self._index(s.buffer, s.indices)
+        return Store(buf, idx, self.mutate_expr(s.value), s.reduce)
+
+    def visit_For(self, s: For) -> Stmt:
+        if s.var == self.n:
+            inner = For(s.var, s.lo, E.Const(self.width, "int64"), self.visit(s.body),
+                        kind="lanes")
+            return inner if vector_form(inner) is not None else replace(inner, kind="serial")
+        return replace(s, body=self.visit(s.body), kind="serial")
+
+
+__all__ = ["COLUMN_BLOCKS", "block_columns"]

@@ -1,0 +1,189 @@
+"""Column blocks and row groups (passes/schedule/cpu/column_blocks.py, row_groups.py): a chain of
+stages that never mixes columns runs block of columns by block, tree-shaped stages group by
+group; both refused where a stage reads another column or another group, and every result
+equal to the unscheduled program's (interpreted) and to the evaluator's (compiled)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.fft
+from cpu_order import lower_program
+from gemm_cases import compiled
+from loop_interp import run
+
+import tecomp as tc
+from tecomp.host import Host
+from tecomp.loopir import Allocate, For, Seq
+from tecomp.passes.schedule.cpu import column_blocks, row_groups
+from tecomp.passes.schedule.cpu.column_blocks import block_columns
+from tecomp.stmt_functor import walk_stmt
+
+#: a host whose level-2 cache is small enough for test-sized chains to be blocked
+SMALL = Host(vector_bits=256, fma=True, cores=2, l1d=4096, l2=8192, l3=0)
+
+
+def _loops(func, kind=None):
+    return [s for s in walk_stmt(func.body) if isinstance(s, For)
+            and (kind is None or s.kind == kind)]
+
+
+def _top(func):
+    s = func.body
+    while isinstance(s, Allocate):
+        s = s.body
+    return s
+
+
+def _dct(n, batch, dtype="float64"):
+    X = tc.placeholder((n, batch), name="X", dtype=dtype)
+    return [tc.ops.dct(X)], [X]
+
+
+def _same_when_interpreted(func, blocked, constants, arrays):
+    want = run(func, arrays, constants=constants)
+    got = run(blocked, arrays, constants=constants)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_dct_chain_runs_block_by_block_in_lanes():
+    outs, ins = _dct(64, 32)
+    func, constants = lower_program(outs, ins)
+    blocked = block_columns(func, SMALL)
+    assert blocked is not func
+    top = _top(blocked)
+    assert isinstance(top, For) and top.kind == "parallel" and int(top.hi.value) == 2  # chunks
+    (blocks,) = [s for s in walk_stmt(top) if isinstance(s, For) and s.var.name.startswith("nb")]
+    assert isinstance(blocks.body, Seq)
+    lanes = _loops(blocked, "lanes")
+    assert lanes and all(int(s.hi.value) == 16 for s in lanes)  # 4 vectors of 4 float64
+    assert _loops(blocked, "parallel") == [top]
+    temps = [s.buffer for s in walk_stmt(blocked.body) if isinstance(s, Allocate)]
+    assert temps and all(int(b.shape[0].value) == 2 and int(b.shape[-1].value) == 16
+                         for b in temps)
+    x = np.random.default_rng(0).standard_normal((64, 32))
+    _same_when_interpreted(func, blocked, constants, [x])
+
+
+def test_tree_stages_run_group_by_group_with_group_sized_intermediates():
+    outs, ins = _dct(64, 16)
+    func, constants = lower_program(outs, ins)
+    blocked = block_columns(func, SMALL)
+    groups = [s for s in walk_stmt(blocked.body) if isinstance(s, For) and s.var.name == "g"]
+    assert len(groups) == 1 and isinstance(groups[0].body, Seq)
+    members = groups[0].body.stmts
+    assert len(members) >= 2
+    G = int(groups[0].hi.value)
+    sizes = {s.buffer.name: s.buffer.shape for s in walk_stmt(blocked.body)
+             if isinstance(s, Allocate)}
+    before = {s.buffer.name: s.buffer.shape for s in walk_stmt(func.body)
+              if isinstance(s, Allocate)}
+    cut = [name for name in sizes if int(sizes[name][1].value) * G == int(before[name][0].value)]
+    assert cut, "an intermediate only the tree reads holds one group's rows"
+    x = np.random.default_rng(1).standard_normal((64, 16))
+    _same_when_interpreted(func, blocked, constants, [x])
+    row_groups.ROW_GROUPS = False
+    try:
+        plain = block_columns(func, SMALL)
+    finally:
+        row_groups.ROW_GROUPS = True
+    assert not [s for s in walk_stmt(plain.body) if isinstance(s, For) and s.var.name == "g"]
+    _same_when_interpreted(func, plain, constants, [x])
+
+
+@pytest.mark.parametrize("n, dtype", [(256, "float64"), (256, "float32"), (1024, "float64")])
+def test_blocked_dct_compiles_to_scipy_values(n, dtype):
+    outs, ins = _dct(n, 64, dtype)
+    func, constants = lower_program(outs, ins)
+    from tecomp.passes.schedule.cpu import schedule_cpu
+
+    scheduled = schedule_cpu(func, host=SMALL)
+    assert _loops(scheduled, "lanes")
+    kernel = compiled(scheduled)
+    x = np.random.default_rng(2).standard_normal((n, 64)).astype(dtype)
+    got = kernel(x, *[constants[b] for b in scheduled.inputs[1:]])
+    want = scipy.fft.dct(x.astype(np.float64), 2, norm="ortho", axis=0)
+    tol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+
+
+def _chain(read):
+    """Three stages over (rows, 64 columns); the second reads its input as ``read`` says."""
+    X = tc.placeholder((64, 64), name="X", dtype="float64")
+    A = tc.compute((64, 64), lambda i, n: X[i, n] * 2.0 + X[63 - i, n], name="A")
+    if read == "column":
+        B = tc.compute((64, 64), lambda i, n: A[i, n] + A[(i + 1) % 64, n], name="B")
+    elif read == "next column":
+        B = tc.compute((64, 64), lambda i, n: A[i, n] + A[i, (n + 1) % 64], name="B")
+    else:  # a sum along the columns
+        k = tc.reduce_axis(64, name="k")
+        B = tc.compute((64, 64), lambda i, n: tc.sum(A[i, k], axis=k) + A[i, n], name="B")
+    C = tc.compute((64, 64), lambda i, n: B[i, n] * B[63 - i, n], name="C")
+    return [C], [X]
+
+
+def test_stages_that_keep_to_their_column_are_blocked():
+    outs, ins = _chain("column")
+    func, constants = lower_program(outs, ins)
+    blocked = block_columns(func, SMALL)
+    assert blocked is not func and _loops(blocked, "lanes")
+    x = np.random.default_rng(3).standard_normal((64, 64))
+    _same_when_interpreted(func, blocked, constants, [x])
+
+
+@pytest.mark.parametrize("read", ["next column", "sum along the columns"])
+def test_stages_that_read_other_columns_are_left_alone(read):
+    outs, ins = _chain(read)
+    func, _ = lower_program(outs, ins)
+    assert block_columns(func, SMALL) is func
+
+
+def test_small_chains_and_the_switch_leave_the_program_alone():
+    outs, ins = _chain("column")
+    func, _ = lower_program(outs, ins)
+    big = Host(vector_bits=256, fma=True, cores=2, l1d=32768, l2=1 << 20, l3=0)
+    assert block_columns(func, big) is func  # 64 KiB of intermediates: they meet in L2
+    column_blocks.COLUMN_BLOCKS = False
+    try:
+        assert block_columns(func, SMALL) is func
+    finally:
+        column_blocks.COLUMN_BLOCKS = True
+
+
+def test_a_stage_reading_outside_its_group_ends_the_tree():
+    X = tc.placeholder((64, 32), name="X", dtype="float64")
+    A = tc.compute((16, 4, 32), lambda i, j, n: X[4 * i + j, n] + X[63 - 4 * i - j, n], name="A")
+    # B's block i reads A's blocks 2i and 2i + 1: a tree
+    B = tc.compute((8, 8, 32), lambda i, j, n: A[2 * i + j // 4, j % 4, n] * 3.0
+                   + A[2 * i + 1 - j // 4, (j + 1) % 4, n], name="B")
+    # C's block i reads B's block 7 - i: outside its group
+    C = tc.compute((8, 8, 32), lambda i, j, n: B[7 - i, j, n] - B[i, j, n], name="C")
+    func, constants = lower_program([C], [X])
+    blocked = block_columns(func, SMALL)
+    groups = [s for s in walk_stmt(blocked.body) if isinstance(s, For) and s.var.name == "g"]
+    assert len(groups) == 1 and len(groups[0].body.stmts) == 2  # A and B, not C
+    x = np.random.default_rng(4).standard_normal((64, 32))
+    _same_when_interpreted(func, blocked, constants, [x])
+
+
+def test_dct_values_with_and_without_the_blocks_agree_compiled():
+    outs, ins = _dct(256, 128)
+    x = np.random.default_rng(5).standard_normal((256, 128))
+    want = scipy.fft.dct(x, 2, norm="ortho", axis=0)
+    from tecomp.codegen.cache import KERNELS
+
+    results = []
+    for on in (True, False):
+        column_blocks.COLUMN_BLOCKS = on
+        try:
+            KERNELS.clear()
+            func, constants = lower_program(outs, ins)
+            from tecomp.passes.schedule.cpu import schedule_cpu
+
+            kernel = compiled(schedule_cpu(func, host=SMALL))
+            results.append(kernel(x, *[constants[b] for b in func.inputs[1:]]))
+        finally:
+            column_blocks.COLUMN_BLOCKS = True
+    for got in results:
+        np.testing.assert_allclose(got, want, atol=1e-12)
