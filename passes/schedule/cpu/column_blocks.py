@@ -18,20 +18,26 @@ of the column axis, then fusion of the tiled nests under the block loop: Wolfe, 
 Iteration Space Tiling", Supercomputing 1989; the same blocking as running an FFT over a few
 vectors at a time)::
 
-    parallel for (nb, 0, 128 / B) {
+    parallel for (t, 0, T) { for (nb, t·128/(B·T), (t+1)·128/(B·T)) {
       for (i, 0, 64) { for (j, 0, 8) { lanes for (n, 0, B) {
-        M4[nb, i, 0, j, n] = T4[i, j, 0, 0] * X[2 * i, nb * B + n] + ... } } }
-      for (i, 0, 16) { ... lanes for (n, 0, B) { M3[nb, i, l, j, n] = ... M4[nb, ., ., ., n] } }
-      ... }
+        M4[t, i, 0, j, n] = T4[i, j, 0, 0] * X[2 * i, nb * B + n] + ... } } }
+      for (i, 0, 16) { ... lanes for (n, 0, B) { M3[t, i, l, j, n] = ... M4[t, ., ., ., n] } }
+      ... } }
 
-The intermediate buffers are re-laid out with the block first (``(N / B, ..., B)``), so one
-block's part of a stage is contiguous: rows ``B`` elements long, not ``N`` elements apart
-(rows a power of two apart would share a few cache sets).  ``B`` is the largest multiple of
-the host's vector width dividing ``N`` whose block of all the chain's intermediates fits half
-the level-2 cache (one vector at least), so a stage reads the one before it from L2.  The
-block loop is the parallel loop: blocks write disjoint columns.  The innermost loop becomes a
-lane loop (:mod:`tecomp.lanes`) where its body has that form, so it is emitted as ``B``-wide
-vector operations.
+The blocks are dealt to ``T`` chunks (the host's cores, at most one a block), the parallel
+loop; each chunk runs its blocks one after another and keeps one block's part of every
+intermediate, laid out with the chunk first (``(T, ..., B)``): a block's part of a stage is
+contiguous, rows ``B`` elements long rather than ``N`` elements apart (rows a power of two
+apart would share a few cache sets), and the next block rewrites the same memory.  ``B`` is
+the widest multiple of the host's vector width, up to :data:`VECTORS` vectors, that divides
+``N`` into two blocks or more: a stage computes each row from ``c`` rows of the one before with
+``c`` factor values and addresses a row, which four vectors a row pay back (one vector a row
+was 1.5x slower at 1024 points); the innermost loop becomes a lane loop
+(:mod:`tecomp.lanes`) where its body has that form, emitted as ``B``-wide vector operations.
+Within a block, stages shaped as a tree (each block of rows of a stage made of whole blocks
+of the one before, as the early butterfly factors are) run group of rows by group
+(:mod:`.row_groups`), so that a block's stages meet in L2 even where a whole block of a
+stage does not fit it (2 MiB a stage at 4096 points and 32 float64 columns).
 
 Legality.  A run of consecutive top-level nests qualifies when each is a perfect nest (loops
 and lets) whose innermost loop ``for (n, 0, N)`` (constant ``N``, the same for the run) holds
