@@ -1,4 +1,4 @@
-"""A/B of eighteen steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of nineteen steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -33,7 +33,9 @@
   stages) run block of columns by block (``column_blocks.COLUMN_BLOCKS``; off: stage by
   stage over all columns);
 * ``row_groups``: within a block, tree-shaped stages run group of rows by group
-  (``row_groups.ROW_GROUPS``; off: stage by stage over the block).
+  (``row_groups.ROW_GROUPS``; off: stage by stage over the block);
+* ``pack_columns``: each block's columns of an input read in scattered rows and larger than
+  L2 copied in row order first (``column_blocks.PACK``; off: read where they lie).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -106,6 +108,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "share_indices": patch([(emit_expr, "SHARE_INDICES", False)]),
         "column_blocks": patch([(column_blocks, "COLUMN_BLOCKS", False)]),
         "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
+        "pack_columns": patch([(column_blocks, "PACK", False)]),
     }
 
 
@@ -171,9 +174,9 @@ def programs():
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
-        yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], ("column_blocks", "row_groups")
-        yield f"DCT-II {n}x128 {dtype} grad", list(tc.gradient(Y, [X], head=G)), [G], \
-            ("column_blocks", "row_groups")
+        steps = ("column_blocks", "row_groups", "pack_columns")
+        yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], steps
+        yield f"DCT-II {n}x128 {dtype} grad", list(tc.gradient(Y, [X], head=G)), [G], steps
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")

@@ -220,6 +220,12 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     raise AssertionError("unreachable")
 
 
+def _factor_view(T: np.ndarray, name: str) -> Tensor:
+    """The factor ``T`` (shape ``(a, b, c, d)``) as a view of a constant stored ``(a, d, b, c)``."""
+    P = tc.constant(np.ascontiguousarray(T.transpose(0, 3, 1, 2)), name=f"{name}_p")
+    return tc.compute(T.shape, lambda i, j, k, l_: P[i, l_, j, k], name=name)
+
+
 def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
         fuse: int | str = "auto") -> Tensor:
     """The orthonormal DCT-II / DST-II / DHT of ``X`` (shape ``(n, batch)``) along axis 0.
@@ -255,7 +261,7 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
     elif fuse > 1:
         patterns, factors = fuse_chain(patterns, factors, best_grouping(patterns, fuse))
     name = name or kind
-    Ts = [tc.constant(np.asarray(f, dtype=np.float64).astype(X.dtype), name=f"{name}_T{i + 1}")
+    Ts = [_factor_view(np.asarray(f, dtype=np.float64).astype(X.dtype), f"{name}_T{i + 1}")
           for i, f in enumerate(factors)]
     Y = butterfly_chain(X, patterns, Ts, name=f"{name}_M", perm=np.asarray(perm, np.int64),
                         unroll=True, staged_out=n >= 1024)

@@ -57,13 +57,35 @@ def test_dct_chain_runs_block_by_block_in_lanes():
     (blocks,) = [s for s in walk_stmt(top) if isinstance(s, For) and s.var.name.startswith("nb")]
     assert isinstance(blocks.body, Seq)
     lanes = _loops(blocked, "lanes")
-    assert lanes and all(int(s.hi.value) == 16 for s in lanes)  # 4 vectors of 4 float64
+    assert lanes and all(int(s.hi.value) == 8 for s in lanes)  # 2 vectors of 4 float64
     assert _loops(blocked, "parallel") == [top]
     temps = [s.buffer for s in walk_stmt(blocked.body) if isinstance(s, Allocate)]
-    assert temps and all(int(b.shape[0].value) == 2 and int(b.shape[-1].value) == 16
+    assert temps and all(int(b.shape[0].value) == 2 and int(b.shape[-1].value) == 8
                          for b in temps)
+    assert [tuple(int(d) for d in b.shape) for b in temps if b.name == "X_cols"] == [(2, 64, 8)]
     x = np.random.default_rng(0).standard_normal((64, 32))
     _same_when_interpreted(func, blocked, constants, [x])
+
+
+def test_an_input_read_in_scattered_rows_is_copied_a_block_at_a_time_when_larger_than_l2():
+    outs, ins = _dct(64, 32)  # X: 16 KiB, read in bit-reversed row order
+    func, constants = lower_program(outs, ins)
+    x = np.random.default_rng(6).standard_normal((64, 32))
+
+    def copies(host):
+        blocked = block_columns(func, host)
+        _same_when_interpreted(func, blocked, constants, [x])
+        return [s.buffer.name for s in walk_stmt(blocked.body)
+                if isinstance(s, Allocate) and s.buffer.name.endswith("_cols")]
+
+    assert copies(SMALL) == ["X_cols"]
+    wider = Host(vector_bits=256, fma=True, cores=2, l1d=4096, l2=16384, l3=0)
+    assert copies(wider) == []  # X fits L2: read where it lies
+    column_blocks.PACK = False
+    try:
+        assert copies(SMALL) == []
+    finally:
+        column_blocks.PACK = True
 
 
 def test_tree_stages_run_group_by_group_with_group_sized_intermediates():
