@@ -345,12 +345,14 @@ def _solve(term: Term, taken: set[str], context: list[Affine] | None,
             # t = floor((l + c - 1) / c): non-overlapping pooling, reshapes, strides = kernel
             aff_u, c = window
             value = substitute(bridge.to_expr(aff_u, t_exprs, c), fixed)
-            for aff, a in lows:
+            for aff, a in lows:  # the window's own pair gives ``value <= value``: dropped
                 x = substitute(bridge.to_expr(aff + (a - 1), t_exprs, a), fixed)
-                pinned.append(E.compare(E.LE, x, value))
+                if x != value:
+                    pinned.append(E.compare(E.LE, x, value))
             for aff, b in ups:
                 x = substitute(bridge.to_expr(aff, t_exprs, b), fixed)
-                pinned.append(E.compare(E.LE, value, x))
+                if x != value:
+                    pinned.append(E.compare(E.LE, value, x))
             fixed[t_exprs[name]] = value
             continue
         lo = None

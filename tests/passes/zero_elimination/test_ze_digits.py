@@ -179,3 +179,22 @@ def test_hand_written_butterfly_gradient_values():
     for a, b in zip(got, naive):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     check_gradient(Y, [X] + factors, arrays, optimize=True)
+
+
+def test_a_window_pins_its_variable_without_a_guard_that_always_holds():
+    # a stage stored S[i, l, j] read back in row order r = i·b·d + j·d + l (the butterfly's
+    # staged output): the gradient's i is pinned by a window whose own pair gave the guard
+    # ``value <= value && value <= value``
+    a, b, d = 1, 8, 16
+    S = tc.placeholder((a, d, b, 3), name="S", dtype=F)
+    G = tc.placeholder((a * b * d, 3), name="G", dtype=F)
+    Y = tc.compute((a * b * d, 3), lambda r, c: S[r // (b * d), r % d, r // d % b, c] * 2.0,
+                   name="Y")
+    (dS,) = tc.gradient(Y, [S], head=G)
+    conditions = [x for x in walk(dS.op.body) if isinstance(x, E.CmpOp) and x.a == x.b]
+    assert not conditions, tc.show(dS)
+    rng = np.random.default_rng(7)
+    s, g = rng.standard_normal((a, d, b, 3)), rng.standard_normal((a * b * d, 3))
+    got = tc.build(dS, [S, G])(s, g)
+    want = 2.0 * g.reshape(a, b, d, 3).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
