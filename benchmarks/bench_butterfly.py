@@ -1,4 +1,4 @@
-"""Real butterfly DCT-II against SciPy, a dense matmul and lazylinop (one thread, float64).
+"""Real butterfly DCT-II against SciPy, a dense matmul and lazylinop (one thread, float64, float32).
 
 For each ``n`` (a power of two) and a batch of columns, prints the median time of
 ``scipy.fft.dct(x, 2, norm="ortho", axis=0)``, of ``C @ x`` with the dense DCT matrix, of
@@ -17,16 +17,21 @@ when lazylinop is installed, of:
 * ``lazylinop-compose``: ``lazylinop.signal.dct(n, backend="lazylinop")``, Makhoul's algorithm
   composed from lazylinop operators around its FFT (an FFT-based DCT, not a butterfly).
 
-Runs are interleaved round-robin (``--order interleaved``, the default) so that every method
-sees the same machine load, the order rotated by one method each round: a method's time
-depends on the one that ran just before it (the caches and heap it leaves; tecomp's DCT at
-n = 1024 took 0.39 ms run back to back, 0.50 ms right after lazylinop's FFT-based DCT and
-0.56 ms right after the dense matmul, while SciPy's stayed at 0.47), so a fixed order would
-favour some methods.  ``--order grouped`` runs each method's repeats back to back
-(warm caches).  The ratios in the last columns are taken within one run.
+Each ``(n, dtype)`` case runs in a process of its own (``--dtypes``, float64 and float32 by
+default; lazylinop only in float64), the machine (CPU model, vector width, caches) printed
+first.  Within a case the methods are timed interleaved round-robin (``--order interleaved``,
+the default) so that every method sees the same machine load, the order rotated by one method
+each round: a method's time depends on the one that ran just before it (the caches and heap it
+leaves; tecomp's DCT at n = 1024 took 0.39 ms run back to back, 0.50 ms right after lazylinop's
+FFT-based DCT and 0.56 ms right after the dense matmul, while SciPy's stayed at 0.47), so a
+fixed order would favour some methods.  ``--order grouped`` runs each method's repeats back to
+back (warm caches).  Every result is checked against SciPy in float64 before it is timed; the
+table gives medians, half the interquartile range (``±``) and the ratio to SciPy's median in
+the same process.
 
     python benchmarks/bench_butterfly.py [--sizes 256 1024 4096] [--batch 128] [--repeat 15]
-        [--fuse auto 1 2 3] [--order interleaved|grouped] [--lazylinop-optimize DIR]
+        [--dtypes float64 float32] [--fuse auto 1 2 3] [--order interleaved|grouped]
+        [--lazylinop-optimize DIR]
 
 ``--grad`` prints the gradient table instead: for each kind (``dct2``, ``dst2``, ``dht``),
 size and dtype (``--dtypes``), in a process of its own, the gradient of ``tc.ops.dct(X, kind)``
@@ -98,10 +103,11 @@ def _lazylinop_ops(n: int, batch: int = 128, wisdom: str | None = None) -> dict:
     return ops
 
 
-def _time(methods: dict, x: np.ndarray, repeat: int, order: str) -> dict[str, float]:
-    """Median milliseconds per method, interleaved round-robin (the order rotated by one
-    method each round, so that every method follows every other equally often) or grouped
-    per method."""
+def _time(methods: dict, x: np.ndarray, repeat: int, order: str
+          ) -> dict[str, tuple[float, float]]:
+    """``(median ms, half the interquartile range in ms)`` per method, interleaved round-robin
+    (the order rotated by one method each round, so that every method follows every other
+    equally often) or grouped per method."""
     times: dict[str, list[float]] = {m: [] for m in methods}
     names = list(methods)
     rounds = [names[r % len(names):] + names[:r % len(names)] for r in range(repeat)] \
@@ -111,43 +117,83 @@ def _time(methods: dict, x: np.ndarray, repeat: int, order: str) -> dict[str, fl
             t0 = time.perf_counter()
             methods[m](x)
             times[m].append(time.perf_counter() - t0)
-    return {m: statistics.median(t) * 1e3 for m, t in times.items()}
+    out = {}
+    for m, t in times.items():
+        q = statistics.quantiles(t, n=4) if len(t) >= 2 else [t[0]] * 3
+        out[m] = (statistics.median(t) * 1e3, (q[2] - q[0]) / 2 * 1e3)
+    return out
+
+
+def fwd_case(n: int, batch: int, dtype: str, repeat: int, fuses: list, order: str,
+             wisdom: str | None) -> dict:
+    """One forward case (see the module docstring), measured in this process."""
+    import scipy.fft as sfft
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, batch)).astype(dtype)
+    ref = sfft.dct(x.astype(np.float64), 2, norm="ortho", axis=0)
+    dense = sfft.dct(np.eye(n), 2, norm="ortho", axis=0).astype(dtype)
+    methods = {"scipy": functools.partial(sfft.dct, type=2, norm="ortho", axis=0),
+               "dense": dense.__matmul__}
+    if dtype == "float64":
+        for name, op in _lazylinop_ops(n, batch, wisdom).items():
+            methods[name] = op.__matmul__
+    X = tc.placeholder((n, batch), name="X", dtype=dtype)
+    for f in fuses:
+        k = tc.build(tc.ops.dct(X, fuse=f), [X])
+        k.threads = 1
+        methods[f"tecomp fuse={f}"] = k
+    errs = {m: float(np.max(np.abs(np.asarray(fn(x), dtype=np.float64) - ref)))
+            for m, fn in methods.items()}
+    tol = 1e-12 if dtype == "float64" else 1e-4
+    for m, err in errs.items():
+        if m.startswith("tecomp") and err > tol * max(1.0, float(np.abs(ref).max())):
+            raise AssertionError(f"{m} at n = {n}, {dtype}: max error {err:.1e} against SciPy")
+    med = _time(methods, x, repeat, order)
+    return {"n": n, "dtype": dtype, "med": med, "errs": errs}
 
 
 def run(sizes: list[int], batch: int, repeat: int, fuses: list, order: str = "interleaved",
-        wisdom: str | None = None) -> None:
-    import scipy.fft as sfft
+        wisdom: str | None = None, dtypes: tuple[str, ...] = ("float64", "float32")) -> None:
+    """The forward table, each ``(n, dtype)`` case in a process of its own."""
+    import json
 
+    try:  # the CPU, its vector width and caches
+        from benchmarks.bench_cpu import machine
+    except ImportError:  # run as a script from benchmarks/
+        from bench_cpu import machine
+
+    print(f"machine: {machine()}")
+    print(f"one thread, batch {batch}, medians of {repeat} interleaved rounds")
     if not _lazylinop_ops(4):
         print("lazylinop: not installed")
-    print(f"{'n':>6} {'method':>20} {'median ms':>10} {'/scipy':>8} {'max err':>9}")
-    rng = np.random.default_rng(0)
-    for n in sizes:
-        x = rng.standard_normal((n, batch))
-        ref = sfft.dct(x, 2, norm="ortho", axis=0)
-        dense = sfft.dct(np.eye(n), 2, norm="ortho", axis=0)
-        methods = {"scipy": functools.partial(sfft.dct, type=2, norm="ortho", axis=0),
-                   "dense": dense.__matmul__}
-        for name, op in _lazylinop_ops(n, batch, wisdom).items():
-            methods[name] = op.__matmul__
-        X = tc.placeholder((n, batch), name="X", dtype="float64")
-        for f in fuses:
-            k = tc.build(tc.ops.dct(X, fuse=f), [X])
-            k.threads = 1
-            methods[f"tecomp fuse={f}"] = k
-        errs = {m: float(np.max(np.abs(np.asarray(fn(x)) - ref))) for m, fn in methods.items()}
-        med = _time(methods, x, repeat, order)
-        for m in methods:
-            print(f"{n:>6} {m:>20} {med[m]:>10.3f} {med[m] / med['scipy']:>8.2f} "
-                  f"{errs[m]:>9.1e}")
-        ours = [m for m in med if m.startswith("tecomp")]
-        for m in dict.fromkeys(["tecomp fuse=auto", min(ours, key=med.__getitem__)]):
-            if m not in med:
-                continue
-            t = med[m]
-            lazy = ", ".join(f"{t / v:.2f}x {k}" for k, v in med.items() if k.startswith("lazy"))
-            print(f"{n:>6} {m} {t:.3f} ms: {t / med['scipy']:.2f}x scipy, "
-                  f"{t / med['dense']:.2f}x dense" + (f", {lazy}" if lazy else ""))
+    print(f"{'n':>6} {'dtype':>8} {'method':>20} {'median ms':>10} {'±':>7} {'/scipy':>7} "
+          f"{'max err':>9}", flush=True)
+    for dtype in dtypes:
+        for n in sizes:
+            args = [sys.executable, os.path.abspath(__file__), "--fwd-case", str(n), dtype,
+                    "--batch", str(batch), "--repeat", str(repeat), "--order", order,
+                    "--fuse", *[str(f) for f in fuses]]
+            if wisdom is not None:
+                args += ["--lazylinop-optimize", wisdom]
+            out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            med, errs = r["med"], r["errs"]
+            base = med["scipy"][0]
+            for m, (t, spread) in med.items():
+                print(f"{n:>6} {dtype:>8} {m:>20} {t:>10.3f} {spread:>7.3f} {t / base:>7.2f} "
+                      f"{errs[m]:>9.1e}")
+            ours = [m for m in med if m.startswith("tecomp")]
+            best = min(ours, key=lambda m: med[m][0])
+            for m in dict.fromkeys(["tecomp fuse=auto", best]):
+                if m not in med:
+                    continue
+                t = med[m][0]
+                lazy = ", ".join(f"{t / v[0]:.2f}x {k}" for k, v in med.items()
+                                 if k.startswith("lazy"))
+                print(f"{n:>6} {dtype:>8} {m} {t:.3f} ms: {t / base:.2f}x scipy, "
+                      f"{t / med['dense'][0]:.2f}x dense" + (f", {lazy}" if lazy else ""),
+                      flush=True)
 
 
 def _inverse(kind: str):
@@ -179,7 +225,8 @@ def grad_case(kind: str, n: int, batch: int, dtype: str, repeat: int) -> dict:
     g = np.random.default_rng(0).standard_normal((n, batch)).astype(dtype)
     inv = _inverse(kind)
     err = float(np.max(np.abs(k(g) - inv(g.astype(np.float64)))))
-    med = _time({"scipy": inv, "tecomp": k}, g, repeat, "interleaved")
+    med = {m: t for m, (t, _) in _time({"scipy": inv, "tecomp": k}, g, repeat,
+                                       "interleaved").items()}
     return {"kind": kind, "n": n, "dtype": dtype, "fwd_flops": tc.cost([Y], [X]).flops,
             "grad_flops": tc.cost([dX], [G]).flops, "build_s": build, "fwd_build_s": fwd_build,
             "err": err,
@@ -235,7 +282,17 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     ap.add_argument("--grad-case", nargs=3, metavar=("KIND", "N", "DTYPE"),
                     help=argparse.SUPPRESS)
+    ap.add_argument("--fwd-case", nargs=2, metavar=("N", "DTYPE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    wisdom = None if args.lazylinop_optimize is None else \
+        os.path.abspath(args.lazylinop_optimize)
+    if args.fwd_case:
+        import json
+
+        n, dtype = args.fwd_case
+        print(json.dumps(fwd_case(int(n), args.batch, dtype, args.repeat, args.fuse, args.order,
+                                  wisdom)))
+        return
     if args.grad_case:
         import json
 
@@ -251,9 +308,7 @@ def main() -> None:
         argv = [a for a in sys.argv if a != "--retain-heap"]
         print("(glibc keeps freed memory in this run)")
         sys.exit(subprocess.call([sys.executable, *argv], env=env))
-    wisdom = None if args.lazylinop_optimize is None else \
-        os.path.abspath(args.lazylinop_optimize)
-    run(args.sizes, args.batch, args.repeat, args.fuse, args.order, wisdom)
+    run(args.sizes, args.batch, args.repeat, args.fuse, args.order, wisdom, tuple(args.dtypes))
 
 
 if __name__ == "__main__":
