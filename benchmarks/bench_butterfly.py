@@ -25,7 +25,10 @@ each round: a method's time depends on the one that ran just before it (the cach
 leaves; tecomp's DCT at n = 1024 took 0.39 ms run back to back, 0.50 ms right after lazylinop's
 FFT-based DCT and 0.56 ms right after the dense matmul, while SciPy's stayed at 0.47), so a
 fixed order would favour some methods.  ``--order grouped`` runs each method's repeats back to
-back (warm caches).  Every result is checked against SciPy in float64 before it is timed; the
+back (warm caches).  The dense product is timed on its own after the others: its matrix (128
+MiB at n = 4096) flushes the caches of whatever follows it, which measured the method after it
+rather than the method (in the rotation, tecomp's DCT at n = 4096 took 1.47x SciPy's time, and
+1.0-1.2x out of it).  Every result is checked against SciPy in float64 before it is timed; the
 table gives medians, half the interquartile range (``±``) and the ratio to SciPy's median in
 the same process.
 
@@ -145,11 +148,13 @@ def fwd_case(n: int, batch: int, dtype: str, repeat: int, fuses: list, order: st
         methods[f"tecomp fuse={f}"] = k
     errs = {m: float(np.max(np.abs(np.asarray(fn(x), dtype=np.float64) - ref)))
             for m, fn in methods.items()}
+    product = methods.pop("dense")
     tol = 1e-12 if dtype == "float64" else 1e-4
     for m, err in errs.items():
         if m.startswith("tecomp") and err > tol * max(1.0, float(np.abs(ref).max())):
             raise AssertionError(f"{m} at n = {n}, {dtype}: max error {err:.1e} against SciPy")
     med = _time(methods, x, repeat, order)
+    med["dense"] = _time({"dense": product}, x, repeat, "grouped")["dense"]
     return {"n": n, "dtype": dtype, "med": med, "errs": errs}
 
 
