@@ -1,4 +1,4 @@
-"""A/B of nineteen steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twenty steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -35,7 +35,9 @@
 * ``row_groups``: within a block, tree-shaped stages run group of rows by group
   (``row_groups.ROW_GROUPS``; off: stage by stage over the block);
 * ``pack_columns``: each block's columns of an input read in scattered rows and larger than
-  L2 copied in row order first (``column_blocks.PACK``; off: read where they lie).
+  L2 copied in row order first (``column_blocks.PACK``; off: read where they lie);
+* ``copy_forward``: a stage copied into the output in row order stores there itself
+  (``copy_forward.COPY_FORWARD``; off: the stage, then the copy).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -68,6 +70,7 @@ from tecomp.codegen.llvm import emit_expr  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
     column_blocks,
+    copy_forward,
     gemm,
     gemm_dot,
     microkernel,
@@ -109,6 +112,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "column_blocks": patch([(column_blocks, "COLUMN_BLOCKS", False)]),
         "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
         "pack_columns": patch([(column_blocks, "PACK", False)]),
+        "copy_forward": patch([(copy_forward, "COPY_FORWARD", False)]),
     }
 
 
@@ -174,7 +178,7 @@ def programs():
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
-        steps = ("column_blocks", "row_groups", "pack_columns")
+        steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward")
         yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], steps
         yield f"DCT-II {n}x128 {dtype} grad", list(tc.gradient(Y, [X], head=G)), [G], steps
     for n in (1024, 2048):

@@ -5,6 +5,8 @@ equal to the unscheduled program's (interpreted) and to the evaluator's (compile
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.fft
@@ -14,10 +16,10 @@ from loop_interp import run
 
 import tecomp as tc
 from tecomp.host import Host
-from tecomp.loopir import Allocate, For, Seq
+from tecomp.loopir import Allocate, BufferLoad, For, Seq, Store
 from tecomp.passes.schedule.cpu import column_blocks, row_groups
 from tecomp.passes.schedule.cpu.column_blocks import block_columns
-from tecomp.stmt_functor import walk_stmt
+from tecomp.stmt_functor import StmtMutator, walk_stmt
 
 #: a host whose level-2 cache is small enough for test-sized chains to be blocked
 SMALL = Host(vector_bits=256, fma=True, cores=2, l1d=4096, l2=8192, l3=0)
@@ -182,9 +184,12 @@ def test_a_stage_reading_outside_its_group_ends_the_tree():
     # C's block i reads B's block 7 - i: outside its group
     C = tc.compute((8, 8, 32), lambda i, j, n: B[7 - i, j, n] - B[i, j, n], name="C")
     func, constants = lower_program([C], [X])
-    blocked = block_columns(func, SMALL)
+    tiny = Host(vector_bits=256, fma=True, cores=2, l1d=1024, l2=4096, l3=0)
+    blocked = block_columns(func, tiny)
     groups = [s for s in walk_stmt(blocked.body) if isinstance(s, For) and s.var.name == "g"]
     assert len(groups) == 1 and len(groups[0].body.stmts) == 2  # A and B, not C
+    assert not [s for s in walk_stmt(block_columns(func, SMALL).body)
+                if isinstance(s, For) and s.var.name == "g"]  # a block's stage fits half L2
     x = np.random.default_rng(4).standard_normal((64, 32))
     _same_when_interpreted(func, blocked, constants, [x])
 
@@ -209,3 +214,75 @@ def test_dct_values_with_and_without_the_blocks_agree_compiled():
             column_blocks.COLUMN_BLOCKS = True
     for got in results:
         np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def _staged_chain(n=256, batch=16):
+    """The DCT's chain with its last stage stored ``M1_staged[i, l, j]`` and copied into ``M1``
+    in row order (as ``tc.ops.dct`` builds it from 1024 points)."""
+    from tecomp.ops.butterfly import butterfly_chain
+    from tecomp.ops.butterfly_factors import real_butterfly
+    from tecomp.ops.butterfly_fuse import auto_grouping, fuse_chain
+
+    perm, patterns, factors, _ = real_butterfly(n, "dct2")
+    patterns, factors = fuse_chain(patterns, factors, auto_grouping(patterns, fewer_passes=True))
+    X = tc.placeholder((n, batch), name="X", dtype="float64")
+    Ts = [tc.constant(np.asarray(f), name=f"T{k}") for k, f in enumerate(factors)]
+    Y = butterfly_chain(X, patterns, Ts, name="M", perm=np.asarray(perm), unroll=True,
+                        staged_out=True)
+    return [Y], [X]
+
+
+def _allocated(func):
+    return {s.buffer.name for s in walk_stmt(func.body) if isinstance(s, Allocate)}
+
+
+def test_a_stage_copied_into_the_output_in_row_order_stores_there_itself():
+    from tecomp.passes.schedule.cpu import copy_forward, schedule_cpu
+
+    outs, ins = _staged_chain()
+    func, constants = lower_program(outs, ins)
+    assert "M1_staged" in _allocated(func)
+    blocked = block_columns(func, SMALL)
+    assert "M1_staged" not in _allocated(blocked)
+    stores = [s for s in walk_stmt(blocked.body) if isinstance(s, Store) and s.buffer.name == "M1"]
+    assert len(stores) == 1 and "T0" in str(stores[0].value)  # the stage's sum, stored in place
+    kernel = compiled(schedule_cpu(func, host=SMALL))
+    x = np.random.default_rng(8).standard_normal((256, 16))
+    got = kernel(x, *[constants[b] for b in func.inputs[1:]])
+    np.testing.assert_allclose(got, scipy.fft.dct(x, 2, norm="ortho", axis=0), atol=1e-12)
+    copy_forward.COPY_FORWARD = False
+    try:
+        assert "M1_staged" in _allocated(block_columns(func, SMALL))
+    finally:
+        copy_forward.COPY_FORWARD = True
+
+
+class _Reread(StmtMutator):
+    """The copy into ``M1`` with one of its read indices replaced."""
+
+    def __init__(self, change):
+        self.change = change
+
+    def visit_Store(self, s):
+        if s.buffer.name != "M1":
+            return s
+        load = s.value
+        return Store(s.buffer, s.indices, BufferLoad(
+            load.buffer, self.change(load.indices, load.buffer.shape), load.dtype))
+
+
+@pytest.mark.parametrize("read", ["not every element", "a bijection with no affine inverse"])
+def test_copies_that_are_not_affine_bijections_stay(read):
+    from tecomp import expr as E
+
+    outs, ins = _staged_chain()
+    func, _ = lower_program(outs, ins)
+    if read == "not every element":
+        def change(idx, shape):
+            return (idx[0], E.Const(0, "int64"), *idx[2:])
+    else:  # the j digit rotated, (j + 1) % b: every element once, r no affine form of them
+        def change(idx, shape):
+            one, b = E.Const(1, "int64"), shape[2]
+            return (*idx[:2], E.Mod(E.Add(idx[2], one, "int64"), b, "int64"), idx[3])
+    func = replace(func, body=_Reread(change).visit(func.body))
+    assert "M1_staged" in _allocated(block_columns(func, SMALL))

@@ -34,10 +34,12 @@ the widest multiple of the host's vector width, up to :data:`VECTORS` vectors, t
 ``c`` factor values and addresses a row, which four vectors a row pay back (one vector a row
 was 1.5x slower at 1024 points); the innermost loop becomes a lane loop
 (:mod:`tecomp.lanes`) where its body has that form, emitted as ``B``-wide vector operations.
-Within a block, stages shaped as a tree (each block of rows of a stage made of whole blocks
-of the one before, as the early butterfly factors are) run group of rows by group
-(:mod:`.row_groups`), so that a block's stages meet in L2 even where a whole block of a
-stage does not fit it (2 MiB a stage at 4096 points and 32 float64 columns).
+Where a block's part of a stage exceeds half of L2 (1 MiB at 4096 points and 16 float64
+columns), stages shaped as a tree (each block of rows of a stage made of whole blocks of the
+one before, as the early butterfly factors are) run group of rows by group within the block
+(:mod:`.row_groups`), so that they meet in L2; below that they meet there anyway, and the
+groups' loops only cost (the DCT-II at 1024 points: 5% slower with them, at 4096 in float32
+4% faster).
 
 Legality.  A run of consecutive top-level nests qualifies when each is a perfect nest (loops
 and lets) whose innermost loop ``for (n, 0, N)`` (constant ``N``, the same for the run) holds
@@ -62,6 +64,7 @@ from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Stmt, Store
 from tecomp.stmt_functor import StmtMutator, bound_names, rebuild_expr, walk_stmt
 
+from .copy_forward import forward_copies
 from .row_groups import group_rows
 
 #: block the column axis of stage chains (False: leave them; an A/B switch of
@@ -261,12 +264,17 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
               if _elements(b) * _ELEM.get(b.dtype, 8) > host.l2}
     allocs.extend(packed.values())
     views = {**reshaped, **packed}
-    body, cut = group_rows([_Columns(inner.var, t, start, views, width).visit(s)
-                            for s, (inner, _) in zip(run, nests)],
-                           {reshaped[b] for b in temps}, names)
+    body = [_Columns(inner.var, t, start, views, width).visit(s)
+            for s, (inner, _) in zip(run, nests)]
+    cut: dict[Buffer, Buffer] = {}
+    if max(_elements(b) // N * width * _ELEM[b.dtype] for b in temps) > half_l2:
+        body, cut = group_rows(body, {reshaped[b] for b in temps}, names)
     body = [_pack(b, new, t, start, width, names) for b, new in packed.items()] + body
+    body, dropped = forward_copies(body, {cut.get(reshaped[b], reshaped[b]) for b in temps})
     for b in temps:
         reshaped[b] = cut.get(reshaped[b], reshaped[b])
+        if reshaped[b] in dropped:
+            allocs.remove(b)
     per = blocks // chunks
     first = E.Mul(t, E.Const(per, "int64"), "int64")
     inner_loop = For(nb, first, E.Add(first, E.Const(per, "int64"), "int64"), Seq(tuple(body)))
