@@ -1,4 +1,4 @@
-"""A/B of twenty steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twenty-one steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -37,7 +37,10 @@
 * ``pack_columns``: each block's columns of an input read in scattered rows and larger than
   L2 copied in row order first (``column_blocks.PACK``; off: read where they lie);
 * ``copy_forward``: a stage copied into the output in row order stores there itself
-  (``copy_forward.COPY_FORWARD``; off: the stage, then the copy).
+  (``copy_forward.COPY_FORWARD``; off: the stage, then the copy);
+* ``unrolled_adjoint``: the DCT gradient's input stage with its products written out, a
+  buffer the inverse permutation gathers from (``butterfly_grad.UNROLL_BUFFERED``; off: a
+  ``tc.sum`` stage, register-tiled, outside the column blocks).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -67,6 +70,7 @@ from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import emit_expr  # noqa: E402
+from tecomp.ops import butterfly_grad  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
     column_blocks,
@@ -113,6 +117,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
         "pack_columns": patch([(column_blocks, "PACK", False)]),
         "copy_forward": patch([(copy_forward, "COPY_FORWARD", False)]),
+        "unrolled_adjoint": patch([(butterfly_grad, "UNROLL_BUFFERED", False)]),
     }
 
 
@@ -132,7 +137,8 @@ def _matmul(n: int):
 
 
 def programs():
-    """(name, outputs, inputs, steps it is measured against)."""
+    """(name, outputs, inputs, steps it is measured against); outputs may be a function that
+    makes them, called per variant (a switch of how the gradient is built)."""
     for name, spec, steps in (
             ("conv3x3 8x64x32x32->64", (8, 64, 64, 32, 3, 1, 1),
              ("image_rows", "vector_sums", "in_place")),
@@ -180,7 +186,8 @@ def programs():
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward")
         yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], steps
-        yield f"DCT-II {n}x128 {dtype} grad", list(tc.gradient(Y, [X], head=G)), [G], steps
+        yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
+            [G], steps + ("unrolled_adjoint",)
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
@@ -232,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             undo = switches[variant[3:]]() if variant != "all" else (lambda: None)
             try:
                 KERNELS.clear()
-                kernel = tc.build(outs, ins)
+                kernel = tc.build(outs() if callable(outs) else outs, ins)  # a gradient a variant
             finally:
                 undo()
             kernel.threads = args.threads

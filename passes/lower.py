@@ -272,7 +272,8 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
     ctx.taken |= bnames
 
     keep = {id(t) for t in outs} | {id(x) for t in stages if isinstance(t.op, ScanOp)
-                                    for x in t.op.scan.outer}
+                                    for x in t.op.scan.outer} \
+        | {id(t) for t in stages if t.attrs.get("keep_buffer")}
     exprs, inlined = inline_stages(stages, keep=keep)
     live = [t for t in stages if id(t) not in inlined]
     found = find_checkpointed(live, exprs)

@@ -72,6 +72,11 @@ class InputLayout:
     buffered: bool = False  # D as a tc.sum, so that inlining keeps it a buffer
 
 
+#: the adjoint of a permuted input stage with its products written out, kept a buffer of its
+#: own that the inverse permutation gathers from (False: a ``tc.sum`` stage; an A/B switch)
+UNROLL_BUFFERED = True
+
+
 def _row_split(m: Index, c: int, d: int) -> tuple[Index, Index, Index]:
     return m // (c * d), m // d % c, m % d
 
@@ -148,8 +153,10 @@ def declare_stage_rule(out: Tensor, T: Tensor, src: Tensor, pattern: tuple[int, 
         batch = src.shape[-1]
         if layout.staged:  # computed as D[i, l, k, n], read back in the input's order
             D = tc.compute((a, d, c, batch), lambda i, l_, k, n: transposed_at(
-                i, k, l_, n, unroll and not layout.buffered), name=f"{y.name}_dx",
-                tag="kron_sparse")
+                i, k, l_, n, unroll and (UNROLL_BUFFERED or not layout.buffered)),
+                name=f"{y.name}_dx", tag="kron_sparse")
+            if layout.buffered and UNROLL_BUFFERED:
+                D.attrs["keep_buffer"] = True  # not inlined into the gather that reads it
 
             def view(*point):
                 i, k, l_ = layout.split(*point[:-1])

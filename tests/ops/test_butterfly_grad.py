@@ -161,6 +161,43 @@ def test_dct_gradient_is_the_inverse_transform(rng, kind, dtype):
         assert np.max(np.abs(got - sfft.idct(g, 2, norm="ortho", axis=0))) <= tol
 
 
+@pytest.mark.parametrize("unrolled", [True, False])
+def test_the_permuted_input_stage_adjoint_is_a_buffer_the_inverse_permutation_reads(rng,
+                                                                                    unrolled):
+    from tecomp import expr as E
+    from tecomp.functor import topo_order, walk
+    from tecomp.ops import butterfly_grad
+
+    n = 64
+    X = tc.placeholder((n, 8), name="X", dtype=F64)
+    G = tc.placeholder((n, 8), name="G", dtype=F64)
+    butterfly_grad.UNROLL_BUFFERED = unrolled
+    try:
+        (dX,) = tc.gradient(tc.ops.dct(X), [X], head=G)
+    finally:
+        butterfly_grad.UNROLL_BUFFERED = True
+    kept = [t for t in topo_order([dX]) if t.attrs.get("keep_buffer")]
+    if not unrolled:
+        assert not kept
+    else:  # products written out, kept a buffer for the gather through perm^-1
+        (D,) = kept
+        assert not [x for x in walk(D.op.body) if isinstance(x, E.Reduce)]
+        from tecomp.passes.lower import lower
+
+        func = lower([dX], [G])
+        assert any(s.buffer.name == D.name for s in _walk_allocs(func.body))
+    g = rng.standard_normal((n, 8))
+    got = tc.build(dX, [G])(g)
+    np.testing.assert_allclose(got, sfft.idct(g, 2, norm="ortho", axis=0), atol=1e-12)
+
+
+def _walk_allocs(s):
+    from tecomp.loopir import Allocate
+    from tecomp.stmt_functor import walk_stmt
+
+    return [x for x in walk_stmt(s) if isinstance(x, Allocate)]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_declined_rule_and_jacobian_fall_back_to_the_generic_adjoint(rng, kind):
     n = 8

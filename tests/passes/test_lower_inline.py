@@ -36,6 +36,15 @@ def test_elementwise_chain_with_one_covering_reader_is_inlined(rng):
     assert str(func.body).count("exp(") == 1
 
 
+def test_a_stage_marked_keep_buffer_is_not_inlined(rng):
+    X = tc.placeholder((3, 4), name="X")
+    A = tc.compute((3, 4), lambda i, j: tc.exp(X[i, j]), name="A")
+    A.attrs["keep_buffer"] = True
+    B = tc.compute((4, 3), lambda i, j: A[j, i] * 2.0, name="B")
+    func = check([B], [X], [rng.standard_normal((3, 4))])
+    assert allocs(func, "temp") == ["A"]
+
+
 def test_a_one_hot_inlined_into_sums_becomes_one_term_of_each(rng):
     """``P[i, t] = select(t == y[i], c, 0)`` read by a sum over ``t`` and by an element-wise
     stage: its invariant factor ``-h / 4`` is no work per element, so it is inlined into
