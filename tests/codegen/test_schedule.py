@@ -33,11 +33,21 @@ def test_short_parallel_loop_is_collapsed_with_data_loops():
     body = For(b, _c(0), _c(1), For(c, _c(0), _c(16), For(x, _c(0), _c(8), store)),
                kind="parallel")
     out = fuse_parallel(_func(body, A, Y), min_trips=64).body
-    assert isinstance(out, For) and out.kind == "parallel" and out.hi == _c(128)
+    # the innermost loop (its body a store) stays a loop for the vectoriser
+    assert isinstance(out, For) and out.kind == "parallel" and out.hi == _c(16)
     assert isinstance(out.body, LetStmt) and out.body.var == b
-    assert out.body.body.var == c and out.body.body.body.var == x
+    assert out.body.body.var == c and isinstance(out.body.body.body, For)
+    assert out.body.body.body.var == x and out.body.body.body.body is store
     same = fuse_parallel(_func(body, A, Y), min_trips=1)
     assert same.body is body
+    from tecomp.passes.schedule.cpu import schedule as cpu_schedule
+
+    cpu_schedule.KEEP_INNERMOST = False
+    try:  # the switch off: collapsed down to the innermost loop, as before
+        out = fuse_parallel(_func(body, A, Y), min_trips=64).body
+    finally:
+        cpu_schedule.KEEP_INNERMOST = True
+    assert out.hi == _c(128) and out.body.body.body.var == x
 
 
 def test_reduction_and_imperfect_nests_are_not_collapsed():
