@@ -62,10 +62,12 @@ from tecomp.functor import children, fresh_name
 from tecomp.host import Host
 from tecomp.lanes import vector_form
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LetStmt, LoweredFunc, Seq, Stmt, Store
-from tecomp.stmt_functor import StmtMutator, bound_names, rebuild_expr, walk_stmt
+from tecomp.stmt_functor import bound_names, walk_expr
 
 from .copy_forward import forward_copies
-from .row_groups import group_rows
+from .fuse_loops import _flatten
+from .row_groups import Redirect, group_rows
+from .schedule import collect_accesses
 
 #: block the column axis of stage chains (False: leave them; an A/B switch of
 #: ``benchmarks/ab_cpu_steps.py``)
@@ -122,18 +124,6 @@ def block_columns(func: LoweredFunc, host: Host) -> LoweredFunc:
     return replace(func, body=body)
 
 
-def _flatten(s: Stmt, allocs: list[Buffer], items: list[Stmt]) -> None:
-    """The top-level statements of ``s`` in order, and the allocations around them."""
-    if isinstance(s, Seq):
-        for x in s.stmts:
-            _flatten(x, allocs, items)
-    elif isinstance(s, Allocate):
-        allocs.append(s.buffer)
-        _flatten(s.body, allocs, items)
-    else:
-        items.append(s)
-
-
 def _column_nest(s: Stmt) -> tuple[For, int] | None:
     """``(innermost loop, N)`` when ``s`` is a perfect nest whose innermost loop runs over
     ``[0, N)`` and stores once with its variable as the bare last index of the store and of
@@ -163,16 +153,7 @@ def _column_nest(s: Stmt) -> tuple[For, int] | None:
 
 
 def _uses(e: E.Expr, v: E.Var) -> bool:
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if x == v:
-            return True
-        stack.extend(x.indices if isinstance(x, BufferLoad) else children(x))
-    return False
+    return any(x == v for x in walk_expr(e))
 
 
 def _column_only(e: E.Expr, n: E.Var, memo: dict[int, bool]) -> bool:
@@ -193,34 +174,11 @@ def _column_only(e: E.Expr, n: E.Var, memo: dict[int, bool]) -> bool:
 
 def _accesses(s: Stmt) -> list[tuple[Buffer, tuple[E.Expr, ...]]]:
     """Every load and store in ``s``: ``(buffer, indices)``."""
-    out: list[tuple[Buffer, tuple[E.Expr, ...]]] = []
-    seen: set[int] = set()
-
-    def loads(e: E.Expr) -> None:
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            if isinstance(x, BufferLoad):
-                out.append((x.buffer, x.indices))
-                stack.extend(x.indices)
-            else:
-                stack.extend(children(x))
-
-    for st in walk_stmt(s):
-        if isinstance(st, Store):
-            out.append((st.buffer, st.indices))
-            loads(st.value)
-            for x in st.indices:
-                loads(x)
-        elif isinstance(st, For):
-            loads(st.lo)
-            loads(st.hi)
-        elif isinstance(st, LetStmt):
-            loads(st.value)
-    return out
+    stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    loads: list[BufferLoad] = []
+    collect_accesses(s, stores, loads, set())
+    return [(b, idx) for b, idxs in stores.items() for idx in idxs] + \
+        [(ld.buffer, ld.indices) for ld in loads]
 
 
 def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
@@ -298,18 +256,9 @@ def _scattered_inputs(accesses: list, stored: set[Buffer], N: int) -> list[Buffe
             if any(_uses(x, n) for x in idx):
                 rows[buf] = False
             continue
-        scattered = any(isinstance(x, (E.FloorDiv, E.Mod)) for i in idx[:-1] for x in _walk(i))
+        scattered = any(isinstance(x, (E.FloorDiv, E.Mod)) for i in idx[:-1] for x in walk_expr(i))
         rows[buf] = rows.get(buf, False) or scattered
     return [b for b, scattered in rows.items() if scattered]
-
-
-def _walk(e: E.Expr) -> list[E.Expr]:
-    out, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        out.append(x)
-        stack.extend(children(x))
-    return out
 
 
 def _pack(buf: Buffer, new: Buffer, t: E.Var, start: E.Expr, width: int,
@@ -340,42 +289,24 @@ def _block_width(N: int, lanes: int) -> int | None:
     return max(widths) if widths else None
 
 
-class _Columns(StmtMutator):
+class _Columns(Redirect):
     """One nest of a blocked run: its column loop over ``[0, width)`` (a lane loop where it
-    has that form), the outer loops serial, re-laid-out buffers indexed ``[nb, ..., n]`` and
+    has that form), the outer loops serial, re-laid-out buffers indexed ``[t, ..., n]`` and
     the others at column ``nb·width + n``."""
 
-    def __init__(self, n: E.Var, nb: E.Var, start: E.Expr, reshaped: dict[Buffer, Buffer],
+    def __init__(self, n: E.Var, t: E.Var, start: E.Expr, reshaped: dict[Buffer, Buffer],
                  width: int) -> None:
-        self.n, self.nb, self.reshaped, self.width = n, nb, reshaped, width
+        super().__init__()
+        self.n, self.t, self.reshaped, self.width = n, t, reshaped, width
         self.column = E.Add(start, n, "int64")
-        self.memo: dict[int, tuple[E.Expr, E.Expr]] = {}
 
-    def _index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
+    def index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
         if not idx or idx[-1] != self.n:
             return buf, idx
         new = self.reshaped.get(buf)
         if new is not None:
-            return new, (self.nb, *idx)
+            return new, (self.t, *idx)
         return buf, (*idx[:-1], self.column)
-
-    def mutate_expr(self, e: E.Expr) -> E.Expr:
-        got = self.memo.get(id(e))
-        if got is not None:
-            return got[1]
-        if isinstance(e, BufferLoad):
-            buf, idx = self._index(e.buffer, e.indices)
-            out = e if buf is e.buffer and idx is e.indices else BufferLoad(buf, idx, e.dtype)
-        else:
-            cs = children(e)
-            new = tuple(self.mutate_expr(c) for c in cs)
-            out = e if all(a is b for a, b in zip(new, cs)) else rebuild_expr(e, new)
-        self.memo[id(e)] = (e, out)
-        return out
-
-    def visit_Store(self, s: Store) -> Stmt:
-        buf, idx = self._index(s.buffer, s.indices)
-        return Store(buf, idx, self.mutate_expr(s.value), s.reduce)
 
     def visit_For(self, s: For) -> Stmt:
         if s.var == self.n:

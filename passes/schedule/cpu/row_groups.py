@@ -41,7 +41,7 @@ import numpy as np
 from tecomp import expr as E
 from tecomp.functor import children, fresh_name
 from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, Seq, Stmt, Store
-from tecomp.stmt_functor import StmtMutator, rebuild_expr, walk_stmt
+from tecomp.stmt_functor import StmtMutator, rebuild_expr, walk_expr, walk_stmt
 
 #: run tree-shaped stages group by group (False: stage by stage; an A/B switch)
 ROW_GROUPS = True
@@ -177,19 +177,7 @@ def _evaluate(e: E.Expr, env: dict[E.Var, np.ndarray]) -> np.ndarray | None:
 
 
 def _loads(e: E.Expr) -> list[BufferLoad]:
-    out: list[BufferLoad] = []
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, BufferLoad):
-            out.append(x)
-            stack.extend(x.indices)
-        else:
-            stack.extend(children(x))
-    return out
+    return [x for x in walk_expr(e) if isinstance(x, BufferLoad)]
 
 
 def _buffers(s: Stmt) -> set[Buffer]:
@@ -231,27 +219,23 @@ def _fuse(members: list[tuple[For, Buffer, int]], names: set[str], others: set[B
     return For(g, E.Const(0, "int64"), E.Const(G, "int64"), Seq(tuple(body)))
 
 
-class _Shift(StmtMutator):
-    """Accesses of the cut intermediates at ``[t, i - start, ...]``."""
+class Redirect(StmtMutator):
+    """Loads and stores re-indexed by :meth:`index` (``(buffer, indices)`` to
+    ``(buffer, indices)``), shared sub-expressions rewritten once."""
 
-    def __init__(self, shift: dict[Buffer, tuple[Buffer, E.Expr]]) -> None:
-        self.shift = shift
+    def __init__(self) -> None:
         self.memo: dict[int, tuple[E.Expr, E.Expr]] = {}
 
-    def _index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
-        found = self.shift.get(buf)
-        if found is None:
-            return buf, idx
-        new, start = found
-        return new, (idx[0], E.Sub(idx[1], start, "int64"), *idx[2:])
+    def index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
+        raise NotImplementedError
 
     def mutate_expr(self, e: E.Expr) -> E.Expr:
         got = self.memo.get(id(e))
         if got is not None:
             return got[1]
         if isinstance(e, BufferLoad):
-            buf, idx = self._index(e.buffer, e.indices)
-            out = e if buf is e.buffer else BufferLoad(buf, idx, e.dtype)
+            buf, idx = self.index(e.buffer, e.indices)
+            out = e if buf is e.buffer and idx is e.indices else BufferLoad(buf, idx, e.dtype)
         else:
             cs = children(e)
             new = tuple(self.mutate_expr(c) for c in cs)
@@ -260,11 +244,26 @@ class _Shift(StmtMutator):
         return out
 
     def visit_Store(self, s: Store) -> Stmt:
-        buf, idx = self._index(s.buffer, s.indices)
+        buf, idx = self.index(s.buffer, s.indices)
         value = self.mutate_expr(s.value)
-        if buf is s.buffer and value is s.value:
+        if buf is s.buffer and idx is s.indices and value is s.value:
             return s
         return Store(buf, idx, value, s.reduce)
 
 
-__all__ = ["ROW_GROUPS", "group_rows"]
+class _Shift(Redirect):
+    """Accesses of the cut intermediates at ``[t, i - start, ...]``."""
+
+    def __init__(self, shift: dict[Buffer, tuple[Buffer, E.Expr]]) -> None:
+        super().__init__()
+        self.shift = shift
+
+    def index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
+        found = self.shift.get(buf)
+        if found is None:
+            return buf, idx
+        new, start = found
+        return new, (idx[0], E.Sub(idx[1], start, "int64"), *idx[2:])
+
+
+__all__ = ["ROW_GROUPS", "Redirect", "group_rows"]
