@@ -244,8 +244,10 @@ _NP_BIN = {E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Min: np.mini
            E.And: np.logical_and, E.Or: np.logical_or}
 
 
-def _ieval(e: E.Expr, env: dict[E.Var, Any], sizes: dict[str, int]) -> Any:
-    """An integer bound expression over arrays of loop-variable values (or scalars)."""
+def eval_index(e: E.Expr, env: dict[E.Var, Any], sizes: dict[str, int]) -> Any:
+    """An integer index or bound expression over arrays of loop-variable values (or scalars);
+    raises :class:`~tecomp.errors.TecompError` on a form it cannot evaluate statically (a
+    load, a float)."""
     if isinstance(e, E.Const):
         return e.value
     if isinstance(e, E.Var):
@@ -255,20 +257,20 @@ def _ieval(e: E.Expr, env: dict[E.Var, Any], sizes: dict[str, int]) -> Any:
             return sizes[e.name]
         raise TecompError(f"cost: the size {e.name!r} is unbound; pass sizes={{{e.name}: ...}}")
     if type(e) in _NP_BIN:
-        return _NP_BIN[type(e)](_ieval(e.a, env, sizes), _ieval(e.b, env, sizes))
+        return _NP_BIN[type(e)](eval_index(e.a, env, sizes), eval_index(e.b, env, sizes))
     if isinstance(e, (E.FloorDiv, E.Mod)):
-        a, b = _ieval(e.a, env, sizes), _ieval(e.b, env, sizes)
+        a, b = eval_index(e.a, env, sizes), eval_index(e.b, env, sizes)
         b = np.where(np.equal(b, 0), 1, b)
         return np.floor_divide(a, b) if isinstance(e, E.FloorDiv) else np.mod(a, b)
     if isinstance(e, E.Neg):
-        return np.negative(_ieval(e.a, env, sizes))
+        return np.negative(eval_index(e.a, env, sizes))
     if isinstance(e, E.Not):
-        return np.logical_not(_ieval(e.a, env, sizes))
+        return np.logical_not(eval_index(e.a, env, sizes))
     if isinstance(e, E.Select):
-        c = _ieval(e.cond, env, sizes)
-        return np.where(c, _ieval(e.t, env, sizes), _ieval(e.f, env, sizes))
+        c = eval_index(e.cond, env, sizes)
+        return np.where(c, eval_index(e.t, env, sizes), eval_index(e.f, env, sizes))
     if isinstance(e, E.Cast) and not dtypes.is_float(e.value.dtype):
-        v = _ieval(e.value, env, sizes)
+        v = eval_index(e.value, env, sizes)
         return np.asarray(v).astype(np.int64) if dtypes.is_int(e.dtype) else v
     raise TecompError(f"cost: cannot evaluate the loop bound {e} statically")
 
@@ -309,8 +311,8 @@ def _count_component(loops: list[_Loop], sizes: dict[str, int]) -> int:
             return int(w.sum())
         lp = loops[m]
         n = len(w)
-        lo = np.broadcast_to(np.asarray(_ieval(lp.lo, env, sizes), dtype=np.int64), (n,))
-        hi = np.broadcast_to(np.asarray(_ieval(lp.hi, env, sizes), dtype=np.int64), (n,))
+        lo = np.broadcast_to(np.asarray(eval_index(lp.lo, env, sizes), dtype=np.int64), (n,))
+        hi = np.broadcast_to(np.asarray(eval_index(lp.hi, env, sizes), dtype=np.int64), (n,))
         trip = _trips(lo, hi, lp.step)
         if not needed[m]:
             return rec(m + 1, env, w * trip)

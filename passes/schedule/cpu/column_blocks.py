@@ -31,8 +31,8 @@ contiguous, rows ``B`` elements long rather than ``N`` elements apart (rows a po
 apart would share a few cache sets), and the next block rewrites the same memory.  ``B`` is
 the widest multiple of the host's vector width, up to :data:`VECTORS` vectors, that divides
 ``N`` into two blocks or more: a stage computes each row from ``c`` rows of the one before with
-``c`` factor values and addresses a row, which four vectors a row pay back (one vector a row
-was 1.5x slower at 1024 points); the innermost loop becomes a lane loop
+``c`` factor values and addresses a row, which two vectors a row pay back (one vector a row
+was 1.5x slower at 4096 points); the innermost loop becomes a lane loop
 (:mod:`tecomp.lanes`) where its body has that form, emitted as ``B``-wide vector operations.
 Where a block's part of a stage exceeds half of L2 (1 MiB at 4096 points and 16 float64
 columns), stages shaped as a tree (each block of rows of a stage made of whole blocks of the
@@ -66,17 +66,17 @@ from tecomp.stmt_functor import bound_names, walk_expr
 
 from .copy_forward import forward_copies
 from .fuse_loops import _flatten
-from .row_groups import Redirect, group_rows
-from .schedule import collect_accesses
+from .row_groups import Redirect, accesses, group_rows
 
 #: block the column axis of stage chains (False: leave them; an A/B switch of
 #: ``benchmarks/ab_cpu_steps.py``)
 COLUMN_BLOCKS = True
 
 #: the widest block, in vectors: a stage computes each of its rows from ``c`` rows of the
-#: stage before, with ``c`` factor values and addresses per row; four vectors a row pay
-#: those back (measured on the DCT-II, batch 128, one AVX-512 core: blocks of 1, 2, 4 and 8
-#: float64 vectors 1.56, 1.07, 1.05 and 1.50 times SciPy's time at n = 1024)
+#: stage before, with ``c`` factor values and addresses per row, which two vectors a row pay
+#: back while a block's stages stay small (DCT-II, batch 128, float64, one AVX-512 core,
+#: time / SciPy's at n = 256, 1024, 4096: blocks of 1 vector 1.02, 0.99, 1.48; of 2 vectors
+#: 1.08, 0.92, 0.98; of 4 vectors 1.08, 1.02, 1.00)
 VECTORS = 2
 
 #: copy each block's columns of an input read in a scattered row order first (False: read
@@ -97,6 +97,8 @@ def block_columns(func: LoweredFunc, host: Host) -> LoweredFunc:
     items: list[Stmt] = []
     _flatten(func.body, allocs, items)
     nests = [_column_nest(s) for s in items]
+    if sum(n is not None for n in nests) < 2:
+        return func
     names = bound_names(func.body) | {p.name for p in func.params}
     out: list[Stmt] = []
     reshaped: dict[Buffer, Buffer] = {}
@@ -172,15 +174,6 @@ def _column_only(e: E.Expr, n: E.Var, memo: dict[int, bool]) -> bool:
     return ok
 
 
-def _accesses(s: Stmt) -> list[tuple[Buffer, tuple[E.Expr, ...]]]:
-    """Every load and store in ``s``: ``(buffer, indices)``."""
-    stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
-    loads: list[BufferLoad] = []
-    collect_accesses(s, stores, loads, set())
-    return [(b, idx) for b, idxs in stores.items() for idx in idxs] + \
-        [(ld.buffer, ld.indices) for ld in loads]
-
-
 def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
                allocs: list[Buffer], host: Host, names: set[str],
                reshaped: dict[Buffer, Buffer]) -> Stmt | None:
@@ -188,13 +181,13 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     not qualify or would not gain (see the module doc)."""
     N = nests[0][1]
     stored = {x.body.buffer for x, _ in nests}
-    accesses = [(acc, inner.var) for s, (inner, _) in zip(run, nests) for acc in _accesses(s)]
-    for (buf, idx), n in accesses:
+    touched = [(acc, inner.var) for s, (inner, _) in zip(run, nests) for acc in accesses(s)]
+    for (buf, idx), n in touched:
         last = buf.shape[-1] if buf.shape else None
         if buf in stored and not (idx and idx[-1] == n and isinstance(last, E.Const)
                                   and last.value == N):
             return None
-    outside = {buf for s in rest for buf, _ in _accesses(s)}
+    outside = {buf for s in rest for buf, _ in accesses(s)}
     temps = [b for b in allocs if b in stored and b not in outside and b.dtype in _ELEM
              and all(isinstance(d, E.Const) for d in b.shape)]
     per_column = sum(_elements(b) // N * _ELEM[b.dtype] for b in temps)
@@ -218,7 +211,7 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     start = E.Mul(nb, E.Const(width, "int64"), "int64")
     packed = {b: Buffer(f"{b.name}_cols", (E.Const(chunks, "int64"), *b.shape[:-1],
                                             E.Const(width, "int64")), b.dtype, "temp")
-              for b in (_scattered_inputs(accesses, stored, N) if PACK else ())
+              for b in (_scattered_inputs(touched, stored, N) if PACK else ())
               if _elements(b) * _ELEM.get(b.dtype, 8) > host.l2}
     allocs.extend(packed.values())
     views = {**reshaped, **packed}
@@ -239,7 +232,7 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     return For(t, E.Const(0, "int64"), E.Const(chunks, "int64"), inner_loop, kind="parallel")
 
 
-def _scattered_inputs(accesses: list, stored: set[Buffer], N: int) -> list[Buffer]:
+def _scattered_inputs(touched: list, stored: set[Buffer], N: int) -> list[Buffer]:
     """The buffers the run only reads, at the column, with rows through ``//`` or ``%`` (a
     permutation: the DCT's input, read in bit-reversed order).  Where such a buffer is larger
     than L2, each block copies its columns of it in row order first (:func:`_pack`), so that
@@ -247,7 +240,7 @@ def _scattered_inputs(accesses: list, stored: set[Buffer], N: int) -> list[Buffe
     array at a time from memory (the DCT-II of 4096 points on 128 float64 columns: 3.6 -> 3.0
     ms on one AVX-512 core)."""
     rows: dict[Buffer, bool] = {}
-    for (buf, idx), n in accesses:
+    for (buf, idx), n in touched:
         if buf in stored or buf.scope == "local":
             continue
         columnwise = bool(idx) and idx[-1] == n and isinstance(buf.shape[-1], E.Const) \

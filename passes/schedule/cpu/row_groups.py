@@ -38,22 +38,21 @@ from dataclasses import replace
 
 import numpy as np
 
+from tecomp import dtypes
 from tecomp import expr as E
+from tecomp.cost import eval_index
+from tecomp.errors import TecompError
 from tecomp.functor import children, fresh_name
 from tecomp.loopir import Buffer, BufferLoad, For, LetStmt, Seq, Stmt, Store
-from tecomp.stmt_functor import StmtMutator, rebuild_expr, walk_expr, walk_stmt
+from tecomp.stmt_functor import StmtMutator, rebuild_expr, walk_expr
+
+from .schedule import collect_accesses
 
 #: run tree-shaped stages group by group (False: stage by stage; an A/B switch)
 ROW_GROUPS = True
 
 #: the largest iteration space evaluated to check a nest's reads
 MAX_POINTS = 1 << 20
-
-_INT = {
-    E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.FloorDiv: np.floor_divide,
-    E.Mod: np.mod, E.Min: np.minimum, E.Max: np.maximum,
-}
-
 
 def group_rows(nests: list[Stmt], temps: set[Buffer], names: set[str]
                ) -> tuple[list[Stmt], dict[Buffer, Buffer]]:
@@ -158,40 +157,32 @@ def _grid(loops: list[Stmt]) -> dict[E.Var, np.ndarray] | None:
 
 
 def _evaluate(e: E.Expr, env: dict[E.Var, np.ndarray]) -> np.ndarray | None:
-    """The integer expression ``e`` at every point of ``env``; None for any other form."""
-    if isinstance(e, E.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-        return np.asarray(e.value, dtype=np.int64)
-    if isinstance(e, E.Var):
-        return env.get(e)
-    if isinstance(e, E.Cast) and e.dtype in ("int32", "int64"):
-        return _evaluate(e.value, env)
-    op = _INT.get(type(e))
-    if op is None or e.dtype not in ("int32", "int64"):
+    """The integer expression ``e`` at every point of ``env``; None for a form
+    :func:`tecomp.cost.eval_index` cannot evaluate (a load, a variable outside ``env``)."""
+    if not dtypes.is_int(e.dtype):
         return None
-    a, b = _evaluate(e.a, env), _evaluate(e.b, env)
-    if a is None or b is None:
+    try:
+        return np.asarray(eval_index(e, env, {}), dtype=np.int64)
+    except TecompError:
         return None
-    if op in (np.floor_divide, np.mod) and (b == 0).any():
-        return None
-    return op(a, b)
 
 
 def _loads(e: E.Expr) -> list[BufferLoad]:
     return [x for x in walk_expr(e) if isinstance(x, BufferLoad)]
 
 
+def accesses(s: Stmt) -> list[tuple[Buffer, tuple[E.Expr, ...]]]:
+    """Every load and store in ``s``: ``(buffer, indices)``."""
+    stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    loads: list[BufferLoad] = []
+    collect_accesses(s, stores, loads, set())
+    return [(b, idx) for b, idxs in stores.items() for idx in idxs] + \
+        [(ld.buffer, ld.indices) for ld in loads]
+
+
 def _buffers(s: Stmt) -> set[Buffer]:
     """The buffers ``s`` loads or stores."""
-    out: set[Buffer] = set()
-    for x in walk_stmt(s):
-        if isinstance(x, Store):
-            out.add(x.buffer)
-            out.update(ld.buffer for e in (x.value, *x.indices) for ld in _loads(e))
-        elif isinstance(x, For):
-            out.update(ld.buffer for e in (x.lo, x.hi) for ld in _loads(e))
-        elif isinstance(x, LetStmt):
-            out.update(ld.buffer for ld in _loads(x.value))
-    return out
+    return {b for b, _ in accesses(s)}
 
 
 def _fuse(members: list[tuple[For, Buffer, int]], names: set[str], others: set[Buffer],
@@ -266,4 +257,4 @@ class _Shift(Redirect):
         return new, (idx[0], E.Sub(idx[1], start, "int64"), *idx[2:])
 
 
-__all__ = ["ROW_GROUPS", "Redirect", "group_rows"]
+__all__ = ["ROW_GROUPS", "Redirect", "accesses", "group_rows"]
