@@ -1,4 +1,4 @@
-"""A/B of twenty-one steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twenty-two steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -27,6 +27,9 @@
   (``microkernel.NARROW_ROWS``; off: rows of half a strip or more);
 * ``whole_tiles``: no loops past the whole register tiles where every block is whole tiles
   (``tile.WHOLE_STRIPS``; off: tails that never run);
+* ``whole_packs``: a panel's strips copied by their lane loop alone where every block is
+  whole strips (``microkernel.WHOLE_PACKS``; off: behind a test of the strip's width, with
+  the partial copies that never run beside it);
 * ``share_indices``: integer index arithmetic emitted once per basic block
   (``emit_expr.SHARE_INDICES``; off: once per statement, LLVM removes the copies);
 * ``column_blocks``: a chain of stages that keep to their columns (the real DCT's butterfly
@@ -112,6 +115,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "borders": patch([(cpu_schedule, "BORDERS", False)]),
         "narrow_rows": patch([(microkernel, "NARROW_ROWS", False)]),
         "whole_tiles": patch([(tile, "WHOLE_STRIPS", False)]),
+        "whole_packs": patch([(microkernel, "WHOLE_PACKS", False)]),
         "share_indices": patch([(emit_expr, "SHARE_INDICES", False)]),
         "column_blocks": patch([(column_blocks, "COLUMN_BLOCKS", False)]),
         "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
@@ -155,7 +159,8 @@ def programs():
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
-        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "share_indices",
+        every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
+                 "share_indices",
                  "column_blocks")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
@@ -167,19 +172,19 @@ def programs():
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
-        ("dot_unroll", "share_indices")
+        ("dot_unroll", "share_indices", "whole_packs")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
-                                 "share_indices")
+                                 "share_indices", "whole_packs")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
         hd = tc.ops.dense(xd, Wd, bd)
         Hd = tc.placeholder(hd.shape, name="H")
         yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
-            ("dot_unroll", "transposed_pack", "share_indices")
+            ("dot_unroll", "transposed_pack", "share_indices", "whole_packs")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
-            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices")
+            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs")
     for n, dtype in ((1024, "float64"), (4096, "float64"), (4096, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
@@ -191,9 +196,10 @@ def programs():
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
-        yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices")
+        yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices",
+                                                 "whole_packs")
         yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
-            ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices")
+            ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices", "whole_packs")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:

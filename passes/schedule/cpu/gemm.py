@@ -274,7 +274,8 @@ def _micro_blocked(loop: For, init: For, kloop: For, inner: For, st: Store, host
         return None
     names |= trial
     packs = [pack_panel(x, buf, k, j, kc, khi, jc, jhi, nr, names, host.lanes(itemsize),
-                        block=transpose_block(host, nr, itemsize)) for x, buf in panels]
+                        block=transpose_block(host, nr, itemsize), whole=ends[1] is jhi)
+             for x, buf in panels]
     row_pack = None if rows is None else pack_rows(
         rows[0], rows[1], i, k, ic, ends[0], kc, khi, mr, names)
     if row_pack is not None and microkernel.ROWS_BEFORE_COLUMNS:

@@ -78,6 +78,12 @@ IN_PLACE = True
 #: switch of ``benchmarks/ab_cpu_steps.py``)
 TRANSPOSED_COPY = True
 
+#: copy a strip known to be whole (every block whole strips, :func:`.tile.strips_end`) by
+#: its lane loop alone (:func:`pack_panel`'s ``whole``); False: the lane loop behind a test
+#: of the strip's width, with the partial copies beside it (an A/B switch of
+#: ``benchmarks/ab_cpu_steps.py``)
+WHOLE_PACKS = True
+
 #: copy a strip of a flattened image by image rows when they are at least ROW_LEAST elements
 #: wide (:func:`pack_panel`); False: only rows of half a strip or more (an A/B switch of
 #: ``benchmarks/ab_cpu_steps.py``)
@@ -111,7 +117,8 @@ def clamp_blocks(blocks: tuple[int, int, int], kext: int | None, jext: int | Non
 
 def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E.Expr,
                jc: E.Var, jhi: E.Expr, nr: int, names: set[str],
-               width: int | None = None, period: int = 1, block: int = 0) -> Stmt:
+               width: int | None = None, period: int = 1, block: int = 0,
+               whole: bool = False) -> Stmt:
     """Copy the read ``x`` (of ``k`` and ``j``) over the block into ``buf`` in micro-panel
     order: strip ``jb`` holds columns ``jc + jb*nr ...``, row ``k - kc``, unit stride.
 
@@ -131,7 +138,11 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
     column is copied with ``k`` innermost instead: the stride-2 3x3 weight gradient of
     ``8x64x32x32 -> 128`` spent about 8 ns an element gathering a strip per ``k``; with
     ``period`` (slices of whole periods of ``k``'s box), that column loop runs over the
-    box's digits, :func:`by_period`, without a division per element).
+    box's digits, :func:`by_period`, without a division per element).  ``whole``: every strip
+    of every block is known to be whole (:func:`.tile.strips_end`), so a strip is copied by
+    the lane loop alone, with no branch to a partial copy (a transformer block's weight
+    gradient spent 190 ms in LLVM on the eight unswitched, unrolled copies of a branch that
+    never ran).
 
     A transposed operand (a dense layer's ``W[j, k]``: unit stride along ``k``, not along
     ``j``) with ``block`` (:func:`transpose_block`) is copied by blocks of ``block`` rows of
@@ -164,7 +175,8 @@ def pack_panel(x: BufferLoad, buf: Buffer, k: E.Var, j: E.Var, kc: E.Var, khi: E
         return For(jb, index_const(0), strips, For(kb, kc, khi, For(
             c, start, end, For(k, kb, bhi, copy)), step=block))
     if w is None:
-        copy = _strip_copy(buf, (jb, E.sub(k, kc)), start, x, j, c, start, end, nr, width, names)
+        copy = _strip_copy(buf, (jb, E.sub(k, kc)), start, x, j, c, start, end, nr, width, names,
+                           whole)
         return For(jb, index_const(0), strips, For(k, kc, khi, copy))
     y = fresh_var("jy", names)
     first = E.maximum(start, E.mul(y, index_const(w)))
@@ -188,9 +200,10 @@ def transpose_block(host: Host, nr: int, itemsize: int) -> int:
 
 def _strip_copy(buf: Buffer, at: tuple[E.Expr, ...], start: E.Expr, read: BufferLoad,
                 j: E.Var, c: E.Var, lo: E.Expr, hi: E.Expr, nr: int, width: int | None,
-                names: set[str]) -> Stmt:
+                names: set[str], whole: bool = False) -> Stmt:
     """``buf[at.., j - start] = read(j)`` for ``j`` in ``[lo, hi)`` (at most ``nr``), as
-    lane loops when the range is a whole strip or one vector (``pack_panel``)."""
+    lane loops when the range is a whole strip or one vector (``pack_panel``); ``whole``:
+    the range is known to be a whole strip."""
     plain = For(c, lo, hi, Store(buf, at + (E.sub(c, start),), subst_expr(read, {j: c})))
     if width is None or nr % width:
         return plain
@@ -203,13 +216,15 @@ def _strip_copy(buf: Buffer, at: tuple[E.Expr, ...], start: E.Expr, read: Buffer
             items.append(Store(buf, at + (E.sub(col, start),), subst_expr(read, {j: col})))
         return For(jj, index_const(0), index_const(width), Seq(tuple(items)), kind="lanes")
 
-    whole = lanes(nr)
-    if vector_form(whole) is None:
+    strip = lanes(nr)
+    if vector_form(strip) is None:
         return plain
+    if whole and WHOLE_PACKS:
+        return strip
     if nr > width:  # a row of one vector (16-wide images in strips of 32)
         plain = IfThenElse(E.compare(E.EQ, E.sub(hi, lo), index_const(width)), lanes(width),
                            plain)
-    return IfThenElse(E.compare(E.EQ, E.sub(hi, lo), index_const(nr)), whole, plain)
+    return IfThenElse(E.compare(E.EQ, E.sub(hi, lo), index_const(nr)), strip, plain)
 
 
 def _terms(e: E.Expr) -> list[E.Expr]:
