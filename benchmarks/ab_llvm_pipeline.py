@@ -10,7 +10,11 @@ kernel time of each program's forward and gradient, built both ways in one proce
 * ``--variant k2``: four reduction steps a trip of the register tiles' loop / two
   (``tecomp.passes.schedule.cpu.microkernel.K_UNROLL``);
 * ``--variant rolled``: the register tiles' reduction loops left rolled by LLVM's unroller
-  (``tecomp.codegen.llvm.emit.KEEP_TILE_LOOPS``) on / off.
+  (``tecomp.codegen.llvm.emit.KEEP_TILE_LOOPS``) on / off;
+* ``--variant outer``: loops of constant bounds around a loop LLVM would not unroll whole
+  left rolled (``tecomp.codegen.llvm.emit.KEEP_OUTER_LOOPS``) on / off;
+* ``--variant lsr``: LLVM's loop strength reduction (a pass of the code generator's IR
+  pipeline) on / off (LLVM's ``-disable-lsr``).
 
     python -m benchmarks.ab_llvm_pipeline [--variant unroll] [--reps 9] [--threads 1]
                                           [--cases conv,attention]
@@ -71,6 +75,15 @@ def _switch(variant: str, base: bool):
         kept = emit.KEEP_TILE_LOOPS
         emit.KEEP_TILE_LOOPS = base
         return lambda: setattr(emit, "KEEP_TILE_LOOPS", kept)
+    if variant == "outer":
+        from tecomp.codegen.llvm import emit
+
+        kept = emit.KEEP_OUTER_LOOPS
+        emit.KEEP_OUTER_LOOPS = base
+        return lambda: setattr(emit, "KEEP_OUTER_LOOPS", kept)
+    if variant == "lsr":
+        jit.set_option("-disable-lsr", not base)
+        return lambda: jit.set_option("-disable-lsr", False)
     optimise = jit.optimise
     if not base:
         jit.optimise = lambda mod, speed_level=3, host=None: optimise(mod, 2, host)
@@ -112,7 +125,8 @@ def _close(got, want) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variant", choices=("unroll", "O2", "fold", "k2", "rolled"), default="unroll")
+    ap.add_argument("--variant", default="unroll",
+                    choices=("unroll", "O2", "fold", "k2", "rolled", "outer", "lsr"))
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names")

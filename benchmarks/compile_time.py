@@ -46,6 +46,15 @@ stored: minimum compile time and size 0).
 Import: the wall time of a fresh ``python -c "import tecomp"`` (median of ``--runs``), and
 the largest self times of ``python -X importtime -c "import tecomp"``.
 
+A/B of a switch of the cold path (``--ab MODULE.NAME=VALUE``, such as
+``tecomp.passes.schedule.cpu.microkernel.WHOLE_PACKS=False`` or
+``tecomp.codegen.llvm.jit.LSR=False``): ``--pairs`` pairs of cold processes per case, one
+with the switch as it is and one with ``NAME`` set to ``VALUE`` (a Python literal) right
+after ``import tecomp``, the order alternating; medians of *compile* and *compile CPU* and
+their ratios.
+
+    python benchmarks/compile_time.py --ab tecomp.codegen.llvm.jit.LSR=False --pairs 5
+
 Bytecode: an installed package runs from compiled bytecode, so by default the children write
 and read it under a temporary ``PYTHONPYCACHEPREFIX`` (the source tree is left alone), warmed
 by one extra process first; ``--bytecode off`` measures source compilation as well (what a
@@ -55,6 +64,8 @@ by one extra process first; ``--bytecode off`` measures source compilation as we
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import logging
 import os
@@ -65,6 +76,8 @@ import tempfile
 import time
 from typing import Any, Callable
 
+#: the environment variable that hands a child the switch of ``--ab``
+AB_VARIABLE = "TECOMP_BENCH_AB"
 CASES = ("conv2d", "attention", "transformer", "mlp", "laplacian", "dct")
 SPANS = ("import", "graph", "derivative", "build", "compile", "compile CPU")
 
@@ -281,6 +294,11 @@ def child(case: str) -> None:
     import tecomp as tc
 
     t1 = time.perf_counter()
+    switch = os.environ.get(AB_VARIABLE)
+    if switch:  # the other side of an A/B (--ab)
+        target, value = switch.split("=", 1)
+        module, name = target.rsplit(".", 1)
+        setattr(importlib.import_module(module), name, ast.literal_eval(value))
     records = PhaseRecords()
     phases = logging.getLogger("tecomp.phases")
     phases.addHandler(records)
@@ -350,6 +368,23 @@ def measure(case: str, runs: int, env: dict[str, str], tmp: str) -> tuple[dict, 
     return cold, [w for w in warm if w not in missed]
 
 
+def measure_ab(case: str, switch: str, pairs: int, env: dict[str, str], tmp: str) -> str:
+    """``pairs`` pairs of cold processes of ``case``, without and with ``switch``, alternating
+    which goes first; a table row of the medians (wall and CPU) and their ratios."""
+    base: list[dict] = []
+    other: list[dict] = []
+    for r in range(pairs):
+        order = ((base, None), (other, switch))
+        for into, value in (order if r % 2 == 0 else order[::-1]):
+            e = dict(env, **{AB_VARIABLE: value}) if value else env
+            cache = os.path.join(tmp, f"ab-{case}-{r}-{bool(value)}")
+            into.append(run_child(case, cache_env(e, cache)))
+    b, o = (median([x["compile"] for x in xs]) for xs in (base, other))
+    bc, oc = (median([x["compile CPU"] for x in xs]) for xs in (base, other))
+    return (f"| {case} | {b:.2f} s | {o:.2f} s | {o / b:.3f} | {bc:.2f} s | {oc:.2f} s | "
+            f"{oc / bc:.3f} |")
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -408,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bytecode", choices=("on", "off"), default="on")
     ap.add_argument("--no-jax", action="store_true", help="leave JAX out")
     ap.add_argument("--markdown", help="also write the summary table to this file")
+    ap.add_argument("--ab", metavar="MODULE.NAME=VALUE",
+                    help="A/B of a switch in cold processes instead of the suite")
+    ap.add_argument("--pairs", type=int, default=5, help="cold process pairs per case (--ab)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--jax-child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("cache", nargs="?", default="", help=argparse.SUPPRESS)
@@ -421,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = opts.case or list(CASES)
     try:
         import jax  # noqa: F401
-        with_jax = not opts.no_jax
+        with_jax = not opts.no_jax and not opts.ab
     except ImportError:
         with_jax = False
     with tempfile.TemporaryDirectory() as tmp:
@@ -436,6 +474,14 @@ def main(argv: list[str] | None = None) -> int:
                     run_child(case, env, "", kind="--jax-child")
         else:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if opts.ab:
+            print(f"cold compile, {opts.pairs} pairs of fresh processes a case, medians; "
+                  f"B: {opts.ab}; {time.strftime('%Y-%m-%d %H:%M')}")
+            print("| program | A | B | B / A | A CPU | B CPU | B / A CPU |")
+            print("|---|---|---|---|---|---|---|")
+            for case in cases:
+                print(measure_ab(case, opts.ab, opts.pairs, env, tmp), flush=True)
+            return 0
         import_wall, import_selfs = measure_import(max(opts.runs, 3), env)
         results, jax_times = {}, {}
         for case in cases:  # interleaved: tecomp then JAX, case by case

@@ -199,7 +199,7 @@ class StmtEmitter(ExprEmitter):
         nxt = self.b.add(iv, ir.Constant(vt, s.step), flags=("nsw",))
         iv.add_incoming(nxt, self.b.block)
         latch = self.b.branch(head)
-        if KEEP_TILE_LOOPS and _tile_steps(s):
+        if (KEEP_TILE_LOOPS and _tile_steps(s)) or (KEEP_OUTER_LOOPS and _outer_of_long(s)):
             latch.set_metadata("llvm.loop", _loop_id(self.b.module, "llvm.loop.unroll.disable"))
         self.b.position_at_end(done)
 
@@ -404,6 +404,50 @@ def _tile_steps(s: For) -> bool:
 
 #: trips up to which a tile's loop of constant bounds is left to LLVM's unroller
 FULL_UNROLL_TRIPS = 16
+
+
+def _long(s: For) -> bool:
+    """Whether ``s`` is a serial loop LLVM would not unroll whole: bounds not constant, or
+    more than :data:`FULL_UNROLL_TRIPS` trips."""
+    if s.kind != "serial":
+        return False
+    if isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const):
+        return (int(s.hi.value) - int(s.lo.value)) // s.step > FULL_UNROLL_TRIPS
+    return True
+
+
+def _outer_of_long(s: For) -> bool:
+    """Whether ``s`` has constant bounds and holds a :func:`_long` loop: LLVM's full unroll
+    of ``s`` would copy that loop once per trip."""
+    if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
+        return False
+    found = []
+
+    def walk(x: Any) -> None:
+        if found:
+            return
+        if isinstance(x, For):
+            if _long(x):
+                found.append(x)
+                return
+            walk(x.body)
+        elif isinstance(x, Seq):
+            for y in x.stmts:
+                walk(y)
+        elif isinstance(x, IfThenElse):
+            walk(x.then)
+            if x.else_ is not None:
+                walk(x.else_)
+        elif isinstance(x, (Allocate, LetStmt)):
+            walk(x.body)
+
+    walk(s.body)
+    return bool(found)
+
+
+#: a constant-bound loop around a long loop is left rolled by LLVM (:func:`_outer_of_long`;
+#: an A/B switch)
+KEEP_OUTER_LOOPS = True
 
 
 def _loop_id(module: ir.Module, *flags: str) -> ir.MDValue:

@@ -75,6 +75,12 @@ def binding() -> Any:
     return _state["binding"]
 
 
+def set_option(flag: str, on: bool) -> None:
+    """Set LLVM's boolean command-line option ``flag`` (such as ``-disable-lsr``) for the
+    whole process: read by the passes of every compile that starts afterwards."""
+    binding().set_option("tecomp", f"{flag}={'true' if on else 'false'}")
+
+
 def _init() -> dict[str, Any]:
     """Describe the host once (triple, CPU, features, LLVM version): LLVM's answer, which
     :mod:`.identity` remembers in the persistent cache, so that loading cached code needs
