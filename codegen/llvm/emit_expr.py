@@ -188,6 +188,19 @@ class ExprEmitter:
             base = self.buffers[buf]
         except KeyError:
             raise CompileError(f"emit: buffer {buf.name!r} is not allocated here") from None
+        if SHARE_INDICES and all(type(ix) in (E.Var, E.Const) or (
+                type(ix) in _INDEX_OPS and self._index_arithmetic(ix)) for ix in indices):
+            # the address of integer arithmetic of unchanged variables: once per block (a
+            # register tile's statements address each accumulator row and panel row again)
+            key = (_ADDRESS, buf, indices, self.b.block)
+            found = self._indices.get(key)
+            if found is None or found[0] is not base:
+                found = self._indices[key] = (base, self._offset_address(base, buf, indices))
+            return found[1]
+        return self._offset_address(base, buf, indices)
+
+    def _offset_address(self, base: ir.Value, buf: Buffer,
+                        indices: tuple[E.Expr, ...]) -> ir.Value:
         off: ir.Value = ir.Constant(T.I64, 0)
         for d, ix in enumerate(indices):
             i = self.index(ix)
@@ -473,6 +486,8 @@ class ExprEmitter:
 
 #: integer arithmetic of variables emitted once per block (the module doc; an A/B switch)
 SHARE_INDICES = True
+#: the first item of the keys of addresses shared per block (:meth:`ExprEmitter.address`)
+_ADDRESS = "address"
 #: the integer operations :meth:`ExprEmitter.visit` emits once per block
 _INDEX_OPS = frozenset({E.Add, E.Sub, E.Mul, E.FloorDiv, E.Mod, E.Min, E.Max})
 

@@ -11,13 +11,14 @@ do not are computed once and broadcast.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from llvmlite import ir
 
 from ... import expr as E
 from ...lanes import OPS, Uses, lane_index, vector_form
 from ...loopir import BufferLoad, For
+from ...stmt_functor import expr_children
 from . import types as T
 
 
@@ -32,12 +33,13 @@ def emit_lanes(em: Any, s: For) -> bool:
     uses = Uses(s.var)
     saved = em.env.get(s.var)
     em.env[s.var] = lo
+    shared = _Shared({st.buffer for st in stores}) if SHARE_READS else None
     try:
         for st in stores:
             em.forget()
             dt = st.buffer.dtype
             vt = ir.VectorType(T.reg_type(dt), n)
-            value = _vector(em, st.value, uses, dt, vt)
+            value = _vector(em, st.value, uses, dt, vt, shared)
             ptr = em.address(st.buffer, st.indices)
             if st.reduce == "sum":
                 old = em.b.load(ptr, typ=vt, align=T.elem_size(dt))
@@ -51,26 +53,79 @@ def emit_lanes(em: Any, s: For) -> bool:
     return True
 
 
-def _vector(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType) -> ir.Value:
-    """``e`` at every lane of ``uses.v``, as a vector of type ``vt``."""
+#: a read of a buffer no statement of the lane loop writes is loaded (and broadcast) once
+#: for all the loop's statements (:class:`_Shared`; an A/B switch)
+SHARE_READS = True
+
+
+class _Shared:
+    """The vectors of a lane loop's reads of buffers it does not write, by expression and
+    basic block: a register tile's step reads each row operand once for the tile's two
+    vectors of columns and each column vector once for its eight rows, and emitting each
+    read per statement gave LLVM four times the loads to merge again."""
+
+    __slots__ = ("written", "values", "clean")
+
+    def __init__(self, written: set[Any]) -> None:
+        self.written = written
+        self.values: dict[tuple[E.Expr, int, Any], tuple[ir.Block, ir.Value]] = {}
+        self.clean: dict[int, tuple[E.Expr, bool]] = {}
+
+    def reads_unwritten(self, e: E.Expr) -> bool:
+        """Whether ``e`` reads no buffer the lane loop writes (each node looked at once)."""
+        hit = self.clean.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        if isinstance(e, BufferLoad):
+            ok = e.buffer not in self.written and all(self.reads_unwritten(i) for i in e.indices)
+        else:
+            ok = all(self.reads_unwritten(c) for c in expr_children(e))
+        self.clean[id(e)] = (e, ok)
+        return ok
+
+    def get(self, em: Any, e: E.Expr, vt: ir.VectorType,
+            make: Callable[[], ir.Value]) -> ir.Value:
+        """The vector ``make()`` emits for ``e``, emitted once per basic block when ``e``
+        reads no buffer the loop writes."""
+        if not self.reads_unwritten(e):
+            return make()
+        key = (e, vt.count, str(vt.element))
+        hit = self.values.get(key)
+        if hit is not None and hit[0] is em.b.block:
+            return hit[1]
+        v = make()
+        self.values[key] = (em.b.block, v)
+        return v
+
+
+def _vector(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType,
+            shared: _Shared | None = None) -> ir.Value:
+    """``e`` at every lane of ``uses.v``, as a vector of type ``vt``; reads of unwritten
+    buffers through ``shared`` when given."""
     b = em.b
     if not uses(e):
-        scalar = em.emit(e, dtype)
-        one = b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(T.I32, 0))
-        mask = ir.Constant(ir.VectorType(T.I32, vt.count), [0] * vt.count)
-        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), mask)
+        def splat() -> ir.Value:
+            scalar = em.emit(e, dtype)
+            one = b.insert_element(ir.Constant(vt, ir.Undefined), scalar,
+                                   ir.Constant(T.I32, 0))
+            mask = ir.Constant(ir.VectorType(T.I32, vt.count), [0] * vt.count)
+            return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), mask)
+        return splat() if shared is None else shared.get(em, e, vt, splat)
     if isinstance(e, BufferLoad):
-        return b.load(em.address(e.buffer, e.indices), typ=vt, align=T.elem_size(dtype))
+        def load() -> ir.Value:
+            return b.load(em.address(e.buffer, e.indices), typ=vt, align=T.elem_size(dtype))
+        return load() if shared is None else shared.get(em, e, vt, load)
     if isinstance(e, E.Neg):
-        return b.fneg(_vector(em, e.a, uses, dtype, vt), flags=T.FAST)
+        return b.fneg(_vector(em, e.a, uses, dtype, vt, shared), flags=T.FAST)
     if isinstance(e, E.Select):
-        return b.select(_mask(em, e.cond, uses, vt.count), _vector(em, e.t, uses, dtype, vt),
-                        _vector(em, e.f, uses, dtype, vt))
+        return b.select(_mask(em, e.cond, uses, vt.count),
+                        _vector(em, e.t, uses, dtype, vt, shared),
+                        _vector(em, e.f, uses, dtype, vt, shared))
     if isinstance(e, (E.Max, E.Min)):  # NaN-propagating, as the scalar rule
-        x, y = _vector(em, e.a, uses, dtype, vt), _vector(em, e.b, uses, dtype, vt)
+        x, y = _vector(em, e.a, uses, dtype, vt, shared), _vector(em, e.b, uses, dtype, vt, shared)
         return T.intrinsic(b, "maximum" if isinstance(e, E.Max) else "minimum", [x, y])
     op = OPS[type(e)]
-    x, y = _vector(em, e.a, uses, dtype, vt), _vector(em, e.b, uses, dtype, vt)
+    x, y = _vector(em, e.a, uses, dtype, vt, shared), _vector(em, e.b, uses, dtype, vt, shared)
     return getattr(b, op)(x, y, flags=T.FAST)
 
 
