@@ -187,11 +187,15 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
         if buf in stored and not (idx and idx[-1] == n and isinstance(last, E.Const)
                                   and last.value == N):
             return None
-    outside = {buf for s in rest for buf, _ in accesses(s)}
-    temps = [b for b in allocs if b in stored and b not in outside and b.dtype in _ELEM
+    temps = [b for b in allocs if b in stored and b.dtype in _ELEM
              and all(isinstance(d, E.Const) for d in b.shape)]
-    per_column = sum(_elements(b) // N * _ELEM[b.dtype] for b in temps)
     half_l2 = host.l2 // 2
+    if sum(_elements(b) // N * _ELEM[b.dtype] for b in temps) * N <= half_l2:
+        return None  # too small even before the ones used outside the run are left out
+    # (checked first: the rest of the program is walked only for runs that may qualify)
+    outside = {buf for s in rest for buf, _ in accesses(s)}
+    temps = [b for b in temps if b not in outside]
+    per_column = sum(_elements(b) // N * _ELEM[b.dtype] for b in temps)
     if not temps or per_column * N <= half_l2:
         return None
     lanes = host.lanes(min(_ELEM[b.dtype] for b in temps))
