@@ -98,7 +98,8 @@ def _forward(nests: list[Stmt], pos: int, temps: set[Buffer]) -> tuple[int, Stmt
     if None in extents or any((x < 0).any() or (x >= n).any() for x, n in zip(element, extents)):
         return None
     flat = np.ravel_multi_index(element, extents)
-    if flat.size != int(np.prod(extents)) or np.unique(flat).size != flat.size:
+    if flat.size != int(np.prod(extents)) or not (np.bincount(flat, minlength=flat.size)
+                                                   == 1).all():
         return None  # not every element of S exactly once
     forms = [_affine(p, element) for p in places]
     if any(f is None for f in forms):
