@@ -418,7 +418,14 @@ def _long(s: For) -> bool:
 
 def _outer_of_long(s: For) -> bool:
     """Whether ``s`` has constant bounds and holds a :func:`_long` loop: LLVM's full unroll
-    of ``s`` would copy that loop once per trip."""
+    of ``s`` would copy that loop once per trip (a panel's eight strips, each a copy loop
+    over the slice's rows) for no gain in the loop that runs.  Left rolled, cold builds in
+    pairs of fresh processes (``python benchmarks/compile_time.py --ab
+    tecomp.codegen.llvm.emit.KEEP_OUTER_LOOPS=False --pairs 5``, one AMD EPYC, medians):
+    attention 1.02 -> 0.93 s, MLP 0.86 -> 0.81 s, DOF Laplacian 0.74 -> 0.67 s, the others
+    within their noise; kernels as fast (``python -m benchmarks.ab_llvm_pipeline --variant
+    outer``: forward 0.998x, gradient 1.016x in geometric mean, the loops unrolled over
+    rolled)."""
     if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
         return False
     found = []
