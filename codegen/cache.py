@@ -60,8 +60,8 @@ def remember_digest(func: LoweredFunc, digest: str) -> None:
 
 
 def structural_lines(root: Any,
-                     written: Callable[[Any, Callable[[Any], str]], str | None] | None = None
-                     ) -> list[str]:
+                     written: Callable[[Any, Callable[[Any], str]], str | None] | None = None,
+                     by_value: type | tuple[type, ...] = ()) -> list[str]:
     """A text of ``root`` listing every distinct node once, children by number.
 
     Nodes are frozen dataclasses (expressions, statements, buffers); ``repr`` would print a
@@ -71,20 +71,24 @@ def structural_lines(root: Any,
     ``written(node, ref)``, when given, may write a node its own way (``ref`` writes a
     child): a text, or None for the default (the LLVM backend's loop bodies number their
     variables and buffers instead of naming them, :func:`.llvm.parallel.body_key`).
+    Nodes of the types ``by_value`` (hashable, compared by value: expressions) are numbered
+    by value instead, so that a tree whose equal subexpressions are one shared object and a
+    tree where they are equal copies give one text.
     """
     lines: list[str] = []
-    number: dict[int, int] = {}
+    number: dict[Any, int] = {}
     keep: list[Any] = []  # keep visited objects alive so ids stay unique
 
     def ref(x: Any) -> str:
         if is_dataclass(x) and not isinstance(x, type):
-            k = number.get(id(x))
+            key = x if by_value and isinstance(x, by_value) else id(x)
+            k = number.get(key)
             if k is None:
                 text = written(x, ref) if written is not None else None
                 if text is None:
                     parts = [f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))]
                     text = f"{type(x).__name__}({', '.join(parts)})"
-                k = number[id(x)] = len(lines)
+                k = number[key] = len(lines)
                 keep.append(x)
                 lines.append(text)
             return f"#{k}"

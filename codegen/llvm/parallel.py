@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ...expr import Var
+from ...expr import Expr, Var
 from ...loopir import Buffer, For
 from ..cache import structural_lines
 from . import runtime
@@ -161,7 +161,7 @@ def body_key(s: For, buffers: dict, env: dict) -> tuple[str, list[Buffer], list[
             return f"Buffer({name(x)}, {ref(x.shape)}, {x.dtype!r}, {x.scope!r})"
         return None
 
-    lines = structural_lines(s, written)
+    lines = structural_lines(s, written, by_value=Expr)
     lines.append("bufs " + " ".join(str(names[b]) for b in used_bufs))
     lines.append("vars " + " ".join(str(names[v]) for v in used_vars))
     return "\n".join(lines), used_bufs, used_vars

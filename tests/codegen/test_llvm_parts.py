@@ -172,3 +172,30 @@ def test_a_forked_child_compiles_on_a_pool_of_its_own(rng):
             os._exit(0 if ok else 1)
     status = wait_for(pid, 120, "the forked child did not finish compiling")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_loops_equal_but_for_shared_subexpressions_have_one_body_key():
+    """A body's key numbers expressions by value: a loop whose index expression is one
+    shared object and a loop with equal copies of it are the same program, one key (a
+    transformer block's two 64x64 weight gradients compiled twice before)."""
+    from tecomp import expr as E
+    from tecomp.codegen.llvm.parallel import body_key
+    from tecomp.loopir import Buffer, BufferLoad, For, Seq, Store
+
+    i, j = E.Var("i"), E.Var("j")
+    A = Buffer("A", (E.Const(8, "int64"), E.Const(8, "int64")), "float32", "input")
+    B = Buffer("B", A.shape, "float32", "output")
+    shared = E.Add(i, j, "int64")
+
+    def loop(first, second):
+        body = Seq((Store(B, (i, j), BufferLoad(A, (i, first), "float32")),
+                    Store(B, (j, i), BufferLoad(A, (j, second), "float32"))))
+        return For(i, E.Const(0, "int64"), E.Const(8, "int64"),
+                   For(j, E.Const(0, "int64"), E.Const(8, "int64"), body), kind="parallel")
+
+    buffers = {A: None, B: None}
+    one = body_key(loop(shared, shared), buffers, {})[0]
+    copies = body_key(loop(shared, E.Add(E.Var("i"), E.Var("j"), "int64")), buffers, {})[0]
+    other = body_key(loop(shared, E.Sub(i, j, "int64")), buffers, {})[0]
+    assert one == copies
+    assert one != other
