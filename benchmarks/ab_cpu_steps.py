@@ -1,4 +1,4 @@
-"""A/B of twenty-two steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twenty-three steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -32,6 +32,8 @@
   the partial copies that never run beside it);
 * ``share_indices``: integer index arithmetic emitted once per basic block
   (``emit_expr.SHARE_INDICES``; off: once per statement, LLVM removes the copies);
+* ``outer_loops``: loops of constant bounds around a loop LLVM would not unroll whole left
+  rolled (``emit.KEEP_OUTER_LOOPS``; off: LLVM may unroll them whole);
 * ``column_blocks``: a chain of stages that keep to their columns (the real DCT's butterfly
   stages) run block of columns by block (``column_blocks.COLUMN_BLOCKS``; off: stage by
   stage over all columns);
@@ -72,7 +74,7 @@ import tecomp as tc  # noqa: E402
 from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
-from tecomp.codegen.llvm import emit_expr  # noqa: E402
+from tecomp.codegen.llvm import emit, emit_expr  # noqa: E402
 from tecomp.ops import butterfly_grad  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
@@ -117,6 +119,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "whole_tiles": patch([(tile, "WHOLE_STRIPS", False)]),
         "whole_packs": patch([(microkernel, "WHOLE_PACKS", False)]),
         "share_indices": patch([(emit_expr, "SHARE_INDICES", False)]),
+        "outer_loops": patch([(emit, "KEEP_OUTER_LOOPS", False)]),
         "column_blocks": patch([(column_blocks, "COLUMN_BLOCKS", False)]),
         "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
         "pack_columns": patch([(column_blocks, "PACK", False)]),
@@ -160,7 +163,7 @@ def programs():
              ("shared_pads", "in_place"))):
         Y, grads, fins, gins = _conv(*spec)
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
-                 "share_indices",
+                 "share_indices", "outer_loops",
                  "column_blocks")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
@@ -189,7 +192,7 @@ def programs():
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
-        steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward")
+        steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops")
         yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], steps
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
             [G], steps + ("unrolled_adjoint",)
