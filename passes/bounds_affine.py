@@ -52,6 +52,8 @@ from tecomp.loopir import (
 from tecomp.printer import format_expr
 from tecomp.stmt_functor import expr_children, expr_vars, stmt_exprs, walk_stmt
 
+from .value_range import value_range
+
 if TYPE_CHECKING:
     from tecomp.solvers.isl_bridge import IslSet, PwAff
 
@@ -64,95 +66,11 @@ def _isl() -> Any:
     return isl_bridge
 
 _INT = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
-_SIGNED = ("int64", "int32", "int16", "int8")
 #: accesses proven in bounds by interval arithmetic before isl is asked
 #: (:meth:`AffineProver._in_interval`; an A/B switch)
 INTERVALS = True
 
 
-def interval(e: E.Expr, ranges: dict[E.Var, tuple[int, int]],
-             memo: dict[int, tuple[E.Expr, tuple[int, int] | None]] | None = None
-             ) -> tuple[int, int] | None:
-    """``[lo, hi]`` holding every value of the integer expression ``e`` when its variables
-    range over ``ranges`` (inclusive), or None (a variable without a range, a read, a
-    division by anything but a positive constant, an operation not covered).  Each shared
-    node is looked at once (``memo``, by identity)."""
-    memo = {} if memo is None else memo
-    hit = memo.get(id(e))
-    if hit is not None and hit[0] is e:
-        return hit[1]
-    out = _interval(e, ranges, memo)
-    memo[id(e)] = (e, out)
-    return out
-
-
-def _interval(e: E.Expr, ranges: dict[E.Var, tuple[int, int]],
-              memo: dict[int, tuple[E.Expr, tuple[int, int] | None]]
-              ) -> tuple[int, int] | None:
-    t = type(e)
-    if t is E.Const:
-        v = e.value
-        return (int(v), int(v)) if type(v) is int else None
-    if t is E.Var:
-        return ranges.get(e)
-    if e.dtype not in _SIGNED:  # unsigned arithmetic wraps below zero
-        return None
-    if t in (E.Add, E.Sub, E.Mul, E.Min, E.Max):
-        a, b = interval(e.a, ranges, memo), interval(e.b, ranges, memo)
-        if a is None or b is None:
-            return None
-        if t is E.Add:
-            return a[0] + b[0], a[1] + b[1]
-        if t is E.Sub:
-            return a[0] - b[1], a[1] - b[0]
-        if t is E.Min:
-            return min(a[0], b[0]), min(a[1], b[1])
-        if t is E.Max:
-            return max(a[0], b[0]), max(a[1], b[1])
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    if t in (E.FloorDiv, E.Mod):
-        a = interval(e.a, ranges, memo)
-        c = e.b.value if type(e.b) is E.Const else None
-        if a is None or type(c) is not int or c <= 0:
-            return None
-        if t is E.FloorDiv:
-            return a[0] // c, a[1] // c
-        if a[0] // c == a[1] // c:  # within one period: exact
-            return a[0] % c, a[1] % c
-        return 0, c - 1
-    if t is E.Neg:
-        a = interval(e.a, ranges, memo)
-        return None if a is None else (-a[1], -a[0])
-    return None
-    if t in (E.Add, E.Sub, E.Mul, E.Min, E.Max):
-        a, b = interval(e.a, ranges), interval(e.b, ranges)
-        if a is None or b is None:
-            return None
-        if t is E.Add:
-            return a[0] + b[0], a[1] + b[1]
-        if t is E.Sub:
-            return a[0] - b[1], a[1] - b[0]
-        if t is E.Min:
-            return min(a[0], b[0]), min(a[1], b[1])
-        if t is E.Max:
-            return max(a[0], b[0]), max(a[1], b[1])
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    if t in (E.FloorDiv, E.Mod):
-        a = interval(e.a, ranges)
-        c = e.b.value if type(e.b) is E.Const else None
-        if a is None or type(c) is not int or c <= 0:
-            return None
-        if t is E.FloorDiv:
-            return a[0] // c, a[1] // c
-        if a[0] // c == a[1] // c:  # within one period: exact
-            return a[0] % c, a[1] % c
-        return 0, c - 1
-    if t is E.Neg:
-        a = interval(e.a, ranges)
-        return None if a is None else (-a[1], -a[0])
-    return None
 # Most pieces an operation on two piecewise bounds may combine: a chain of k nested max/min
 # terms (a loop bound left by a large Fourier–Motzkin projection) would otherwise grow to 2^k
 # pieces; past this, the bound is treated as not affine and its accesses get runtime checks.
@@ -503,7 +421,7 @@ class AffineProver:
         interval).  A DCT's bit-reversed reads (``2 * (i % 2 * 32 + i // 2 % 2 * 16 + ...)``)
         are proven so, and a program whose every access is never imports islpy (40-50 ms of
         a cold build)."""
-        extent = interval(buf.shape[axis], {})
+        extent = value_range(buf.shape[axis], {})
         if extent is None:
             return False
         ranges: dict[E.Var, tuple[int, int]] = {}
@@ -513,16 +431,17 @@ class AffineProver:
                 continue
             kind, st = how[0], how[1]
             if kind == "loop":
-                lo, hi = interval(st.lo, ranges), interval(st.hi, ranges)
+                lo, hi = (value_range(st.lo, ranges, signed=True),
+                          value_range(st.hi, ranges, signed=True))
                 got = None if lo is None or hi is None or hi[1] - 1 < lo[0] else (
                     lo[0], hi[1] - 1)
             else:
-                got = interval(st.value, ranges) if st.value.dtype in _INT else None
+                got = value_range(st.value, ranges, signed=True)
             if got is None:
                 ranges.pop(st.var, None)
             else:
                 ranges[st.var] = got
-        r = interval(index, ranges)
+        r = value_range(index, ranges, signed=True)
         return r is not None and r[0] >= 0 and r[1] < extent[0]
 
     # ---------------------------------------------------------------- verdicts

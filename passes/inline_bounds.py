@@ -36,7 +36,8 @@ from tecomp import expr as E
 from tecomp.functor import children, walk
 from tecomp.tensor import ComputeOp, ScatterOp, Tensor
 
-Range = tuple[int, int] | None  # [lo, hi], both included; None: unknown
+from .value_range import const_int, value_range
+
 Env = dict[E.Var, tuple[int, int]]
 
 
@@ -59,7 +60,7 @@ def _bind_axes(axes: Iterable[E.IterVar], env: Env) -> None:
     (zero elimination's ``t`` in ``[max(0, j - 2), min(4, j)]``) stays unknown: its interval
     would lose that dependence and call in-range reads (``j - t``) unsafe."""
     for ax in axes:
-        lo, ext = _const(ax.lo), _const(ax.extent)
+        lo, ext = const_int(ax.lo), const_int(ax.extent)
         if lo is not None and ext is not None:
             env[ax.var] = (lo, lo + ext - 1)
 
@@ -118,62 +119,11 @@ def _unsafe(e: E.Expr, p: Tensor, env: Env) -> bool:
 def _index_unsafe(index: E.Expr, extent: E.Expr, env: Env, kept: bool) -> bool:
     if any(isinstance(x, E.TensorRead) for x in walk(index)):
         return not kept  # a gather: checked at run time only (by a read of the body: kept)
-    ext = _const(extent)
-    r = _range(index, env)
+    ext = const_int(extent)
+    r = value_range(index, env)
     if ext is None or r is None or r[0] > r[1]:
         return False  # symbolic (not analysed) or never evaluated
     return r[0] < 0 or r[1] >= ext
-
-
-def _const(e: E.Expr) -> int | None:
-    if isinstance(e, E.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-        return e.value
-    if isinstance(e, int) and not isinstance(e, bool):
-        return e
-    return None
-
-
-def _range(e: E.Expr, env: Env) -> Range:
-    """A sound interval of the integer expression ``e`` over ``env``, or None."""
-    c = _const(e)
-    if c is not None:
-        return (c, c)
-    if isinstance(e, E.IterVar):
-        e = e.var
-    if isinstance(e, E.Var):
-        return env.get(e)
-    if isinstance(e, E.Cast):
-        return _range(e.value, env) if e.dtype.startswith(("int", "uint")) else None
-    if isinstance(e, E.Neg):
-        a = _range(e.a, env)
-        return None if a is None else (-a[1], -a[0])
-    if isinstance(e, E.Select):
-        t, f = _range(e.t, env), _range(e.f, env)
-        return None if t is None or f is None else (min(t[0], f[0]), max(t[1], f[1]))
-    if not isinstance(e, E.BinaryOp):
-        return None
-    a, b = _range(e.a, env), _range(e.b, env)
-    if a is None or b is None:
-        return None
-    if isinstance(e, E.Add):
-        return (a[0] + b[0], a[1] + b[1])
-    if isinstance(e, E.Sub):
-        return (a[0] - b[1], a[1] - b[0])
-    if isinstance(e, E.Mul):
-        ps = [x * y for x in a for y in b]
-        return (min(ps), max(ps))
-    if isinstance(e, E.Min):
-        return (min(a[0], b[0]), min(a[1], b[1]))
-    if isinstance(e, E.Max):
-        return (max(a[0], b[0]), max(a[1], b[1]))
-    if b[0] != b[1] or b[0] <= 0:
-        return None
-    q = b[0]
-    if isinstance(e, E.FloorDiv):
-        return (a[0] // q, a[1] // q)
-    if isinstance(e, E.Mod):
-        return a if 0 <= a[0] and a[1] < q else (0, q - 1)
-    return None
 
 
 # ------------------------------------------------------------------ whole stages
@@ -209,15 +159,15 @@ def _covers(indices: tuple[E.Expr, ...], p: Tensor, loops: dict[E.Var, E.IterVar
     used: set[E.Var] = set()
     for i, s in zip(indices, p.shape):
         ax = loops.get(i) if isinstance(i, E.Var) else None
-        if ax is None or i in used or _const(ax.lo) != 0 or not _same(ax.extent, s):
+        if ax is None or i in used or const_int(ax.lo) != 0 or not _same(ax.extent, s):
             return False
         used.add(i)
-    return all(_const(ax.lo) is not None and (_const(ax.extent) or 0) >= 1
+    return all(const_int(ax.lo) is not None and (const_int(ax.extent) or 0) >= 1
                for v, ax in loops.items() if v not in used)
 
 
 def _same(a: E.Expr, b: E.Expr) -> bool:
-    ca, cb = _const(a), _const(b)
+    ca, cb = const_int(a), const_int(b)
     return ca == cb if ca is not None or cb is not None else a == b
 
 
@@ -267,9 +217,9 @@ def _index_in_range(index: E.Expr, extent: E.Expr, env: Env,
     if any(isinstance(x, E.TensorRead) for x in walk(index)):
         return False
     ax = loops.get(index) if isinstance(index, E.Var) else None
-    if ax is not None and _const(ax.lo) == 0 and _same(ax.extent, extent):
+    if ax is not None and const_int(ax.lo) == 0 and _same(ax.extent, extent):
         return True
-    ext, r = _const(extent), _range(index, env)
+    ext, r = const_int(extent), value_range(index, env)
     return ext is not None and r is not None and (r[0] > r[1] or 0 <= r[0] <= r[1] < ext)
 
 
@@ -305,7 +255,7 @@ def _narrow(c: E.Expr, env: Env) -> None:
         var, off = _var_offset(lhs)
         if var is None or var not in env:
             continue
-        r = _range(rhs, env)
+        r = value_range(rhs, env)
         if r is None:
             continue
         lo, hi = env[var]
@@ -327,7 +277,7 @@ def _var_offset(e: E.Expr) -> tuple[E.Var | None, int]:
     if isinstance(e, E.Var):
         return e, 0
     if isinstance(e, (E.Add, E.Sub)) and isinstance(e.a, E.Var):
-        c = _const(e.b)
+        c = const_int(e.b)
         if c is not None:
             return e.a, c if isinstance(e, E.Add) else -c
     return None, 0
