@@ -55,6 +55,7 @@ from ...loopir import (
     Stmt,
     Store,
 )
+from ...stmt_functor import walk_stmt
 from . import types as T
 from .emit_expr import ExprEmitter
 from .layout import STACK_LIMIT, heap_allocated, pooled_buffers, symbol_name  # noqa: F401
@@ -428,28 +429,7 @@ def _outer_of_long(s: For) -> bool:
     rolled)."""
     if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
         return False
-    found = []
-
-    def walk(x: Any) -> None:
-        if found:
-            return
-        if isinstance(x, For):
-            if _long(x):
-                found.append(x)
-                return
-            walk(x.body)
-        elif isinstance(x, Seq):
-            for y in x.stmts:
-                walk(y)
-        elif isinstance(x, IfThenElse):
-            walk(x.then)
-            if x.else_ is not None:
-                walk(x.else_)
-        elif isinstance(x, (Allocate, LetStmt)):
-            walk(x.body)
-
-    walk(s.body)
-    return bool(found)
+    return any(isinstance(x, For) and _long(x) for x in walk_stmt(s.body))
 
 
 #: a constant-bound loop around a long loop is left rolled by LLVM (:func:`_outer_of_long`;
