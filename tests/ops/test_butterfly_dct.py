@@ -8,6 +8,7 @@ import pytest
 import scipy.fft as sfft
 
 import tecomp as tc
+from tecomp.ops.butterfly import sparse_terms
 from tecomp.ops.butterfly_factors import (
     apply_kron_sparse,
     butterfly_cost,
@@ -64,14 +65,24 @@ def test_chain_cost_is_exact(n):
     assert chain.flops == 2 * 8 * n * (L - 1) * 128  # one multiply-add = 2 flops
     assert chain.iterations == 8 * n * (L - 1) * 128
     # dct writes the products out: the same multiplies, one add fewer per output element
-    cost = tc.cost([tc.ops.dct(X, fuse=1)], [X])
+    cost = tc.cost([tc.ops.dct(X, fuse=1, sparse=False)], [X])
     outputs = sum(a * b * d for a, b, _, d in patterns)
     assert cost.flops == (2 * 8 * n * (L - 1) - outputs) * 128
     assert cost.iterations == outputs * 128
     fp, _ = fuse_chain(patterns, factors, best_grouping(patterns, 2))
-    fused = tc.cost([tc.ops.dct(X, fuse=2)], [X])
+    fused = tc.cost([tc.ops.dct(X, fuse=2, sparse=False)], [X])
     fused_outputs = sum(a * b * d for a, b, _, d in fp)
     assert fused.flops == (2 * butterfly_cost(fp) - fused_outputs) * 128 < cost.flops
+    # sparse stages leave out one multiply-add per structural zero of a planned factor
+    for fuse, dense, (pats, facs) in ((1, cost, (patterns, factors)),
+                                      (2, fused, (fp, fuse_chain(patterns, factors,
+                                                                 best_grouping(patterns, 2))[1]))):
+        zeros = 0
+        for (a, b, c, d), f in zip(pats, facs):
+            plan = sparse_terms(f)
+            zeros += 0 if plan is None else a * b * (c - len(plan)) * d
+        assert tc.cost([tc.ops.dct(X, fuse=fuse)], [X]).flops == dense.flops - 2 * zeros * 128
+        assert zeros > 0 or n == 4
 
 
 def test_fusion_products(rng):

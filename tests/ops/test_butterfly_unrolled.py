@@ -191,3 +191,40 @@ def test_dct_1024_staged_out_matches_scipy_and_its_inverse(rng, kind):
     (dX,) = tc.gradient(Y, [X], head=G)
     np.testing.assert_allclose(tc.build(dX, [X, G])(x, g), inv(g, 2, norm="ortho", axis=0),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_sparse_terms_of_the_real_chain():
+    # the fused middle factors: one structural zero per output row, k = 1 for rows j < b/2 and
+    # k = 0 for the others; the end factors have none (first) or unequal numbers (last)
+    from tecomp.ops.butterfly import sparse_terms
+    perm, pats, facs, _ = real_butterfly(256, "dct2")
+    pats, facs = fuse_chain(pats, facs, auto_grouping(pats))
+    plans = [sparse_terms(f) for f in facs]
+    assert plans[0] is None and plans[-1] is None
+    for plan, f in zip(plans[1:-1], facs[1:-1]):
+        assert plan == [(0, 4, 2, 1), 2, 3, 4, 5, 6, 7]
+        b, c = f.shape[1:3]
+        for j in range(b):  # the terms left out are exactly the zeros of row j
+            kept = {t if isinstance(t, int) else j // 4 for t in plan}
+            assert not np.any(f[:, j, sorted(set(range(c)) - kept), :])
+    assert sparse_terms(np.ones((2, 3, 4, 1))) is None
+    T = np.ones((1, 4, 3, 2))
+    T[:, [0, 2], 0, :] = 0  # rows alternate between dropping k = 0 and k = 1
+    T[:, [1, 3], 1, :] = 0
+    assert sparse_terms(T) == [(1, 1, 2, -1), 2]
+    T[:, 3, 1, :] = 5.0  # row 3 has no zero left
+    assert sparse_terms(T) is None
+
+
+@pytest.mark.parametrize("kind", ["dct2", "dst2", "dht"])
+@pytest.mark.parametrize("n", [64, 1024])
+def test_dct_without_structural_zeros_is_the_same_transform(rng, kind, n):
+    # the zero products add exact zeros: the sparse stages give the same bits, fewer flops
+    X = tc.placeholder((n, 3), name="X", dtype=F64)
+    x = rng.standard_normal((n, 3))
+    sparse, dense = tc.ops.dct(X, kind), tc.ops.dct(X, kind, sparse=False)
+    assert tc.cost(sparse).flops < tc.cost(dense).flops
+    np.testing.assert_array_equal(tc.build(sparse, [X])(x), tc.build(dense, [X])(x))
+    with pytest.raises(tc.TecompError, match="terms needs unroll"):
+        tc.ops.butterfly_chain(X, [(1, n, n, 1)], [tc.placeholder((1, n, n, 1), name="T")],
+                               terms=[None])
