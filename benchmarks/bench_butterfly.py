@@ -24,8 +24,13 @@ the default) so that every method sees the same machine load, the order rotated 
 each round: a method's time depends on the one that ran just before it (the caches and heap it
 leaves; tecomp's DCT at n = 1024 took 0.39 ms run back to back, 0.50 ms right after lazylinop's
 FFT-based DCT and 0.56 ms right after the dense matmul, while SciPy's stayed at 0.47), so a
-fixed order would favour some methods.  ``--order grouped`` runs each method's repeats back to
-back (warm caches).  The dense product is timed on its own after the others: its matrix (128
+fixed order would favour some methods.  A sample is as many consecutive calls of one method
+as last ``--sample-ms`` (20 ms by default, as ``bench_cpu.py`` times its cases): the first
+call of a sample pays for what the method before it left in the caches, the others run as a
+program calling the transform in a loop would.  ``--sample-ms 0`` times one call a sample
+(each call right after another method's: the cold-cache figure, which the tables up to
+2026-12-06 gave).  ``--order grouped`` runs each method's repeats back to back (warm
+caches).  The dense product is timed on its own after the others: its matrix (128
 MiB at n = 4096) flushes the caches of whatever follows it, which measured the method after it
 rather than the method (in the rotation, tecomp's DCT at n = 4096 took 1.47x SciPy's time, and
 1.0-1.2x out of it).  Every result is checked against SciPy in float64 before it is timed; the
@@ -34,6 +39,7 @@ the same process.
 
     python benchmarks/bench_butterfly.py [--sizes 256 1024 4096] [--batch 128] [--repeat 15]
         [--dtypes float64 float32] [--fuse auto 1 2 3] [--order interleaved|grouped]
+        [--sample-ms 20]
         [--lazylinop-optimize DIR]
 
 ``--grad`` prints the gradient table instead: for each kind (``dct2``, ``dst2``, ``dht``),
@@ -106,11 +112,21 @@ def _lazylinop_ops(n: int, batch: int = 128, wisdom: str | None = None) -> dict:
     return ops
 
 
-def _time(methods: dict, x: np.ndarray, repeat: int, order: str
+def _time(methods: dict, x: np.ndarray, repeat: int, order: str, sample_ms: float = 0.0
           ) -> dict[str, tuple[float, float]]:
     """``(median ms, half the interquartile range in ms)`` per method, interleaved round-robin
     (the order rotated by one method each round, so that every method follows every other
-    equally often) or grouped per method."""
+    equally often) or grouped per method.  Interleaved with ``sample_ms > 0``, a sample is as
+    many consecutive calls as last ``sample_ms`` (``bench_cpu.py``'s ``round_robin``); with
+    0, one call."""
+    if order == "interleaved" and sample_ms > 0:
+        try:
+            from benchmarks.bench_cpu_child import round_robin
+        except ImportError:  # run as a script from benchmarks/
+            from bench_cpu_child import round_robin
+        got = round_robin({m: functools.partial(fn, x) for m, fn in methods.items()}, repeat,
+                          sample_ms / 1e3)
+        return {m: (med * 1e3, spread * med / 2 * 1e3) for m, (med, spread) in got.items()}
     times: dict[str, list[float]] = {m: [] for m in methods}
     names = list(methods)
     rounds = [names[r % len(names):] + names[:r % len(names)] for r in range(repeat)] \
@@ -128,7 +144,7 @@ def _time(methods: dict, x: np.ndarray, repeat: int, order: str
 
 
 def fwd_case(n: int, batch: int, dtype: str, repeat: int, fuses: list, order: str,
-             wisdom: str | None) -> dict:
+             wisdom: str | None, sample_ms: float = 0.0) -> dict:
     """One forward case (see the module docstring), measured in this process."""
     import scipy.fft as sfft
 
@@ -153,13 +169,14 @@ def fwd_case(n: int, batch: int, dtype: str, repeat: int, fuses: list, order: st
     for m, err in errs.items():
         if m.startswith("tecomp") and err > tol * max(1.0, float(np.abs(ref).max())):
             raise AssertionError(f"{m} at n = {n}, {dtype}: max error {err:.1e} against SciPy")
-    med = _time(methods, x, repeat, order)
+    med = _time(methods, x, repeat, order, sample_ms)
     med["dense"] = _time({"dense": product}, x, repeat, "grouped")["dense"]
     return {"n": n, "dtype": dtype, "med": med, "errs": errs}
 
 
 def run(sizes: list[int], batch: int, repeat: int, fuses: list, order: str = "interleaved",
-        wisdom: str | None = None, dtypes: tuple[str, ...] = ("float64", "float32")) -> None:
+        wisdom: str | None = None, dtypes: tuple[str, ...] = ("float64", "float32"),
+        sample_ms: float = 0.0) -> None:
     """The forward table, each ``(n, dtype)`` case in a process of its own."""
     import json
 
@@ -169,7 +186,9 @@ def run(sizes: list[int], batch: int, repeat: int, fuses: list, order: str = "in
         from bench_cpu import machine
 
     print(f"machine: {machine()}")
-    print(f"one thread, batch {batch}, medians of {repeat} interleaved rounds")
+    sample = f"samples of {sample_ms:g} ms of consecutive calls" if sample_ms > 0 and \
+        order == "interleaved" else "one call a sample"
+    print(f"one thread, batch {batch}, medians of {repeat} {order} rounds, {sample}")
     if not _lazylinop_ops(4):
         print("lazylinop: not installed")
     print(f"{'n':>6} {'dtype':>8} {'method':>20} {'median ms':>10} {'±':>7} {'/scipy':>7} "
@@ -178,7 +197,7 @@ def run(sizes: list[int], batch: int, repeat: int, fuses: list, order: str = "in
         for n in sizes:
             args = [sys.executable, os.path.abspath(__file__), "--fwd-case", str(n), dtype,
                     "--batch", str(batch), "--repeat", str(repeat), "--order", order,
-                    "--fuse", *[str(f) for f in fuses]]
+                    "--sample-ms", str(sample_ms), "--fuse", *[str(f) for f in fuses]]
             if wisdom is not None:
                 args += ["--lazylinop-optimize", wisdom]
             out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -279,6 +298,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--fuse", type=_fuse_arg, nargs="+", default=["auto", 1, 2, 3])
     ap.add_argument("--order", choices=["interleaved", "grouped"], default="interleaved")
+    ap.add_argument("--sample-ms", type=float, default=20.0,
+                    help="least time of one interleaved sample (0: one call a sample)")
     ap.add_argument("--lazylinop-optimize", metavar="DIR", default=None,
                     help="also time lazylinop's optimised chain, its timings kept in DIR")
     ap.add_argument("--retain-heap", action="store_true",
@@ -296,7 +317,7 @@ def main() -> None:
 
         n, dtype = args.fwd_case
         print(json.dumps(fwd_case(int(n), args.batch, dtype, args.repeat, args.fuse, args.order,
-                                  wisdom)))
+                                  wisdom, args.sample_ms)))
         return
     if args.grad_case:
         import json
@@ -313,7 +334,8 @@ def main() -> None:
         argv = [a for a in sys.argv if a != "--retain-heap"]
         print("(glibc keeps freed memory in this run)")
         sys.exit(subprocess.call([sys.executable, *argv], env=env))
-    run(args.sizes, args.batch, args.repeat, args.fuse, args.order, wisdom, tuple(args.dtypes))
+    run(args.sizes, args.batch, args.repeat, args.fuse, args.order, wisdom, tuple(args.dtypes),
+        args.sample_ms)
 
 
 if __name__ == "__main__":
