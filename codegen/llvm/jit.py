@@ -470,10 +470,12 @@ def _load_runtime() -> JitFunction:
     default persistent cache like a kernel (host, versions, :func:`code_version`, which
     covers :mod:`.runtime`); an unusable entry is compiled afresh and overwritten."""
     from ..disk_cache import default_cache
-    from .runtime import SYMBOL, build_module, variant
+    from .layout import RUNTIME_SYMBOL as SYMBOL
+    from .layout import runtime_variant
 
     store = default_cache()
-    key = disk_key(f"runtime|{SYMBOL}|{target_key()}|{variant()}") if store is not None else ""
+    key = disk_key(f"runtime|{SYMBOL}|{target_key()}|{runtime_variant()}") \
+        if store is not None else ""
     if store is not None:
         entry = store.get(key)
         if entry is not None and isinstance(entry.get("object"), bytes):
@@ -482,6 +484,8 @@ def _load_runtime() -> JitFunction:
                                    link_runtime=False)
             except CompileError:
                 pass
+    from .runtime import build_module  # llvmlite's IR builder: only when compiling
+
     rt = compile_ir(build_module(), SYMBOL, link_runtime=False)
     if store is not None:
         store.put(key, {"object": rt.object_code, "source": rt.source})

@@ -5,6 +5,7 @@ import llvmlite's IR builder or the emitter's modules."""
 
 from __future__ import annotations
 
+import platform
 import re
 
 from ... import expr as E
@@ -19,6 +20,23 @@ ELEM_SIZE = {"float16": 2, "bfloat16": 4, "float32": 4, "float64": 8, "int32": 4
 #: the parallel-loop runtime's entry point (:mod:`.runtime`), which kernels with threaded loops
 #: call
 RUNTIME_SYMBOL = "tecomp_parallel_for"
+
+#: the runtime's workers bound to a home CPU (:class:`.runtime._Placement`; Linux only);
+#: False: they run where the OS wakes them (an A/B switch: set before a process's first
+#: parallel call)
+BIND_WORKERS = True
+
+
+def binds_workers() -> bool:
+    """Whether the runtime binds its workers to home CPUs (:class:`.runtime._Placement`)."""
+    return BIND_WORKERS and platform.system() == "Linux"
+
+
+def runtime_variant() -> str:
+    """What the runtime's module (:func:`.runtime.build_module`) depends on besides its
+    source (part of its persistent-cache key)."""
+    return "bound" if binds_workers() else "free"
+
 
 STACK_LIMIT = 16384  # bytes; larger temporaries go to the heap
 

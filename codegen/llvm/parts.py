@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future
-from typing import Any, Callable
-
-from llvmlite import ir
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...host import Host
 from .jit import (
@@ -46,6 +43,11 @@ from .jit import (
     stored_source,
     target_key,
 )
+
+if TYPE_CHECKING:  # the loading path imports neither llvmlite's IR builder nor futures
+    from concurrent.futures import Future
+
+    from llvmlite import ir
 
 #: loaded bodies by symbol, the most recently used last
 BODIES: OrderedDict[str, JitFunction] = OrderedDict()
@@ -112,6 +114,8 @@ class Parts:
         if found is not None:
             self.jobs[symbol] = found
             return symbol
+        from llvmlite import ir
+
         module = ir.Module(name=symbol)
         emit(module, symbol)
         text = str(module)
@@ -132,7 +136,7 @@ class Parts:
             if isinstance(job, JitFunction):
                 out[symbol] = job
                 continue
-            obj, source = job.result() if isinstance(job, Future) else job
+            obj, source = job if isinstance(job, tuple) else job.result()
             fn = load_object(obj, symbol, source)
             _remember(symbol, fn)
             if self.store is not None:
@@ -143,7 +147,7 @@ class Parts:
     def cancel(self) -> None:
         """Wait for the bodies still compiling and drop them (the kernel failed)."""
         for job in self.jobs.values():
-            if isinstance(job, Future):
+            if not isinstance(job, (JitFunction, tuple)):  # a Future
                 try:
                     job.result()
                 except Exception:  # noqa: BLE001 - the kernel's own error is the one raised

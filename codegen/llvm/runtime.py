@@ -32,6 +32,7 @@ from llvmlite import ir
 
 from . import types as T
 from .layout import RUNTIME_SYMBOL as SYMBOL
+from .layout import binds_workers
 
 CHUNKS_PER_THREAD = 4
 
@@ -128,20 +129,6 @@ _MASK_WORDS = 16
 _MASK = ir.ArrayType(T.I64, _MASK_WORDS)
 
 
-#: workers bound to a home CPU (:class:`_Placement`; Linux only); False: they run where the OS
-#: wakes them (an A/B switch: set before a process's first parallel call)
-BIND_WORKERS = True
-
-
-def _placement() -> bool:
-    """Whether workers are bound to home CPUs (:class:`_Placement`)."""
-    return BIND_WORKERS and platform.system() == "Linux"
-
-
-def variant() -> str:
-    """What the module :func:`build_module` makes depends on besides this source (part of
-    its persistent-cache key)."""
-    return "bound" if _placement() else "free"
 
 
 class _Placement:
@@ -241,7 +228,7 @@ def build_module() -> ir.Module:
     entry, loop, sleep, take, join, run = (pool.append_basic_block(x) for x in (
         "entry", "loop", "sleep", "take", "join", "run"))
     b = ir.IRBuilder(entry)
-    if _placement():
+    if binds_workers():
         _Placement(module).bind(b, pool, b.ptrtoint(pool.args[0], T.I64))
     seen = b.alloca(T.I64)
     b.store(b.load(gen, typ=T.I64), seen)  # jobs published before this thread are not its own
