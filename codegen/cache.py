@@ -59,6 +59,23 @@ def remember_digest(func: LoweredFunc, digest: str) -> None:
     _last_digest[0] = (func, digest)
 
 
+#: how :func:`structural_lines` writes a node of each type: a dataclass as ``(its name and
+#: "(", ((field, "field="), ...))``, or one of the two markers below
+_PLANS: dict[type, Any] = {}
+_TUPLE, _OTHER = object(), object()
+
+
+def _plan(t: type) -> Any:
+    if is_dataclass(t) and not issubclass(t, type):
+        plan: Any = (f"{t.__name__}(", tuple((f, f"{f}=") for f in field_names(t)))
+    elif issubclass(t, tuple):
+        plan = _TUPLE
+    else:
+        plan = _OTHER
+    _PLANS[t] = plan
+    return plan
+
+
 def structural_lines(root: Any,
                      written: Callable[[Any, Callable[[Any], str]], str | None] | None = None,
                      by_value: type | tuple[type, ...] = ()) -> list[str]:
@@ -78,23 +95,31 @@ def structural_lines(root: Any,
     lines: list[str] = []
     number: dict[Any, int] = {}
     keep: list[Any] = []  # keep visited objects alive so ids stay unique
+    valued: dict[type, bool] = {}  # per node type: numbered by value
 
     def ref(x: Any) -> str:
-        if is_dataclass(x) and not isinstance(x, type):
-            key = x if by_value and isinstance(x, by_value) else id(x)
-            k = number.get(key)
-            if k is None:
-                text = written(x, ref) if written is not None else None
-                if text is None:
-                    parts = [f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))]
-                    text = f"{type(x).__name__}({', '.join(parts)})"
-                k = number[key] = len(lines)
-                keep.append(x)
-                lines.append(text)
-            return f"#{k}"
-        if isinstance(x, tuple):
-            return "(" + ", ".join(ref(y) for y in x) + ")"
-        return repr(x)  # str, int, float (repr keeps -0.0, nan, inf apart), bool, None
+        t = type(x)
+        plan = _PLANS.get(t)
+        if plan is None:
+            plan = _plan(t)
+        if plan is _TUPLE:
+            return "(" + ", ".join([ref(y) for y in x]) + ")"
+        if plan is _OTHER:
+            return repr(x)  # str, int, float (repr keeps -0.0, nan, inf apart), bool, None
+        by = valued.get(t)
+        if by is None:
+            by = valued[t] = bool(by_value) and issubclass(t, by_value)
+        key = x if by else id(x)
+        k = number.get(key)
+        if k is None:
+            text = written(x, ref) if written is not None else None
+            if text is None:
+                head, prefixes = plan
+                text = head + ", ".join([p + ref(getattr(x, f)) for f, p in prefixes]) + ")"
+            k = number[key] = len(lines)
+            keep.append(x)
+            lines.append(text)
+        return f"#{k}"
 
     ref(root)
     return lines

@@ -90,6 +90,11 @@ def program_key(outputs: Sequence[Tensor], inputs: Sequence[Any], *, name: str |
     return h.hexdigest()
 
 
+#: how :func:`dag_lines` writes a dataclass node of each type met: its qualified name and
+#: "(", and ``(field, "field=")`` for each field
+_PLANS: dict[type, tuple[str, tuple[tuple[str, str], ...]]] = {}
+
+
 def dag_lines(root: Any, *, functions: bool = False) -> tuple[list[str], list[Any]]:
     """Every distinct node of ``root`` once, children by number (as
     :func:`~tecomp.codegen.cache.structural_lines`, also through tensors, dicts and arrays),
@@ -100,10 +105,21 @@ def dag_lines(root: Any, *, functions: bool = False) -> tuple[list[str], list[An
     keep: list[Any] = []
 
     def ref(x: Any) -> str:
-        if type(x) in _SCALARS:
+        t = type(x)
+        plan = _PLANS.get(t)
+        if plan is not None:  # a dataclass seen before (the common case)
+            k = number.get(id(x))
+            if k is not None:
+                return f"#{k}"
+            text = plan[0] + ", ".join([p + ref(getattr(x, f)) for f, p in plan[1]]) + ")"
+            number[id(x)] = len(lines)
+            keep.append(x)
+            lines.append(text)
+            return f"#{number[id(x)]}"
+        if t in _SCALARS:
             return repr(x)
         if isinstance(x, tuple):  # values, written in place (as structural_lines does)
-            return f"{type(x).__name__}(" + ", ".join(ref(y) for y in x) + ")"
+            return f"{t.__name__}(" + ", ".join([ref(y) for y in x]) + ")"
         if type(x) is dict:
             if not all(type(k) is str for k in x):
                 raise Unkeyable("a dict with keys other than str")
@@ -117,16 +133,10 @@ def dag_lines(root: Any, *, functions: bool = False) -> tuple[list[str], list[An
         if functions and type(x) in _FUNCTIONS:
             return "<function>"
         if not (is_dataclass(x) and not isinstance(x, type)):
-            raise Unkeyable(f"a {type(x).__name__}")
-        k = number.get(id(x))
-        if k is not None:
-            return f"#{k}"
-        text = f"{type(x).__module__}.{type(x).__qualname__}(" + ", ".join(
-            f"{f}={ref(getattr(x, f))}" for f in field_names(type(x))) + ")"
-        number[id(x)] = len(lines)
-        keep.append(x)
-        lines.append(text)
-        return f"#{number[id(x)]}"
+            raise Unkeyable(f"a {t.__name__}")
+        _PLANS[t] = (f"{t.__module__}.{t.__qualname__}(",
+                     tuple((f, f"{f}=") for f in field_names(t)))
+        return ref(x)
 
     lines.append(ref(root))  # the root itself (a tuple is written in place, not numbered)
     return lines, keep
