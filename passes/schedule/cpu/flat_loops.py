@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from tecomp import expr as E
 from tecomp.loopir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt
-from tecomp.stmt_functor import StmtMutator, expr_vars, subst
+from tecomp.stmt_functor import StmtMutator, expr_vars, subst, subst_expr
 
 from .microkernel import fresh_var, index_const
 from .tile import const_extent
@@ -66,24 +66,48 @@ def _empty(s: Stmt) -> bool:
 
 
 class _Dead(StmtMutator):
+    """The single-trip loops' variables are substituted on the way down, all of those around
+    a statement at once (``mapping``), so each expression is rebuilt once however many such
+    loops enclose it, rather than once per loop (a tile body under three of them)."""
+
+    def __init__(self) -> None:
+        self.mapping: dict[E.Var, E.Expr] = {}
+        self.memo: dict = {}  # subst_expr's, for the current mapping
+
+    def mutate_expr(self, e: E.Expr) -> E.Expr:
+        return subst_expr(e, self.mapping, self.memo) if self.mapping else e
+
     def visit_For(self, s: For) -> Stmt:
-        lo, hi = index_value(s.lo), index_value(s.hi)
-        if lo is not None and hi is not None:
-            trips = max(0, -(-(hi - lo) // s.step))
+        lo, hi = self.mutate_expr(s.lo), self.mutate_expr(s.hi)
+        first, end = index_value(lo), index_value(hi)
+        if first is not None and end is not None:
+            trips = max(0, -(-(end - first) // s.step))
             if trips == 0:
                 return _NOTHING
             if trips == 1 and s.kind == "serial":
-                return self.visit(subst(s.body, {s.var: s.lo}))
+                outer = self.mapping, self.memo
+                self.mapping, self.memo = {**self.mapping, s.var: lo}, {}
+                try:
+                    return self.visit(s.body)
+                finally:
+                    self.mapping, self.memo = outer
         body = self.visit(s.body)
         if _empty(body):
             return _NOTHING
-        return s if body is s.body else replace(s, body=body)
+        if lo is s.lo and hi is s.hi and body is s.body:
+            return s
+        return replace(s, lo=lo, hi=hi, body=body)
 
     def visit_IfThenElse(self, s: IfThenElse) -> Stmt:
-        if isinstance(s.cond, E.Const):
-            arm = s.then if s.cond.value else s.else_
+        cond = self.mutate_expr(s.cond)
+        if isinstance(cond, E.Const):
+            arm = s.then if cond.value else s.else_
             return _NOTHING if arm is None else self.visit(arm)
-        return super().visit_IfThenElse(s)
+        then = self.visit(s.then)
+        else_ = None if s.else_ is None else self.visit(s.else_)
+        if cond is s.cond and then is s.then and else_ is s.else_:
+            return s
+        return IfThenElse(cond, then, else_)
 
     def visit_Allocate(self, s: Allocate) -> Stmt:
         body = self.visit(s.body)
