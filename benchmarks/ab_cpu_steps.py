@@ -46,6 +46,8 @@
 * ``unrolled_adjoint``: the DCT gradient's input stage with its products written out, a
   buffer the inverse permutation gathers from (``butterfly_grad.UNROLL_BUFFERED``; off: a
   ``tc.sum`` stage, register-tiled, outside the column blocks).
+* ``sparse_terms``: the DCT's stages without the products of their factors' structural
+  zeros (``butterfly.SPARSE_TERMS``; off: every product written out).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -75,7 +77,7 @@ from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import emit, emit_expr  # noqa: E402
-from tecomp.ops import butterfly_grad  # noqa: E402
+from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
     column_blocks,
@@ -125,6 +127,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "pack_columns": patch([(column_blocks, "PACK", False)]),
         "copy_forward": patch([(copy_forward, "COPY_FORWARD", False)]),
         "unrolled_adjoint": patch([(butterfly_grad, "UNROLL_BUFFERED", False)]),
+        "sparse_terms": patch([(butterfly, "SPARSE_TERMS", False)]),
     }
 
 
@@ -188,12 +191,13 @@ def programs():
             ("dot_unroll", "transposed_pack", "share_indices", "whole_packs")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs")
-    for n, dtype in ((1024, "float64"), (4096, "float64"), (4096, "float32")):
+    for n, dtype in ((256, "float64"), (1024, "float64"), (4096, "float64"), (4096, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops")
-        yield f"DCT-II {n}x128 {dtype} fwd", [Y], [X], steps
+        yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
+            steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
             [G], steps + ("unrolled_adjoint",)
     for n in (1024, 2048):

@@ -73,6 +73,11 @@ def _reader(S: Tensor, b: int, d: int):
     return lambda m, n: S[m // bd, m % d, (m // d) % b, n]
 
 
+#: leave out the products with structural zeros in :func:`dct` (its ``sparse``); False: write
+#: them all whatever ``sparse`` says (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+SPARSE_TERMS = True
+
+
 def sparse_terms(T: np.ndarray, tol: float = 0.0) -> list | None:
     """The terms a stage of the constant factor ``T`` (shape ``(a, b, c, d)``) must write out
     when every output row ``j`` has the same number of structural zeros: ``T[:, j, k, :]``
@@ -307,7 +312,8 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
     permutation as index arithmetic (``butterfly_chain(..., unroll=True)``).  With ``sparse``
     (the default) a stage leaves out the products with its factor's structural zeros where
     every output row has as many (:func:`sparse_terms`; the fused middle factors of the chain,
-    one term in eight): ``sparse=False`` writes all of them.
+    one term in eight; the result is the same for finite inputs, where ``0 · inf`` gave a
+    NaN): ``sparse=False`` writes all of them.
     """
     if fuse != "auto" and (isinstance(fuse, bool) or not isinstance(fuse, int) or fuse < 1):
         raise DeclarationError(f"dct of {X.name}: fuse must be \"auto\" or an int >= 1, got "
@@ -327,7 +333,7 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
     elif fuse > 1:
         patterns, factors = fuse_chain(patterns, factors, best_grouping(patterns, fuse))
     name = name or kind
-    terms = [sparse_terms(f) for f in factors] if sparse else None
+    terms = [sparse_terms(f) for f in factors] if sparse and SPARSE_TERMS else None
     Ts = [_factor_view(np.asarray(f, dtype=np.float64).astype(X.dtype), f"{name}_T{i + 1}")
           for i, f in enumerate(factors)]
     Y = butterfly_chain(X, patterns, Ts, name=f"{name}_M", perm=np.asarray(perm, np.int64),
