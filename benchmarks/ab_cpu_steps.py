@@ -48,6 +48,8 @@
   ``tc.sum`` stage, register-tiled, outside the column blocks).
 * ``sparse_terms``: the DCT's stages without the products of their factors' structural
   zeros (``butterfly.SPARSE_TERMS``; off: every product written out).
+* ``fit_l2``: column blocks of one vector where two would not fit the largest intermediate's
+  part in half of L2 (``column_blocks.FIT_L2``; off: always the widest block).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -128,6 +130,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "copy_forward": patch([(copy_forward, "COPY_FORWARD", False)]),
         "unrolled_adjoint": patch([(butterfly_grad, "UNROLL_BUFFERED", False)]),
         "sparse_terms": patch([(butterfly, "SPARSE_TERMS", False)]),
+        "fit_l2": patch([(column_blocks, "FIT_L2", False)]),
     }
 
 
@@ -195,7 +198,8 @@ def programs():
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
-        steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops")
+        steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
+                 "fit_l2")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \

@@ -25,6 +25,13 @@ from tecomp.stmt_functor import StmtMutator, walk_stmt
 SMALL = Host(vector_bits=256, fma=True, cores=2, l1d=4096, l2=8192, l3=0)
 
 
+@pytest.fixture(autouse=True)
+def _widest_blocks(monkeypatch):
+    """The tests here were written for the widest block (two vectors); narrowing a block to
+    one vector where two would not fit half of L2 (``FIT_L2``) has a test of its own."""
+    monkeypatch.setattr(column_blocks, "FIT_L2", False)
+
+
 def _loops(func, kind=None):
     return [s for s in walk_stmt(func.body) if isinstance(s, For)
             and (kind is None or s.kind == kind)]
@@ -66,6 +73,25 @@ def test_dct_chain_runs_block_by_block_in_lanes():
                          for b in temps)
     assert [tuple(int(d) for d in b.shape) for b in temps if b.name == "X_cols"] == [(2, 64, 8)]
     x = np.random.default_rng(0).standard_normal((64, 32))
+    _same_when_interpreted(func, blocked, constants, [x])
+
+
+def test_block_narrows_to_one_vector_where_two_would_not_fit_half_of_l2(monkeypatch):
+    from tecomp.passes.schedule.cpu.column_blocks import _block_width
+    monkeypatch.setattr(column_blocks, "FIT_L2", True)
+    assert _block_width(32, 4, 256, 4096) == 8  # two vectors: 2 KiB of the largest buffer
+    assert _block_width(32, 4, 1024, 4096) == 4  # 8 KiB at two vectors, 4 KiB at one
+    assert _block_width(32, 4, 4096, 4096) == 4  # none fits: the narrowest
+    assert _block_width(6, 4, 8, 4096) is None  # no multiple of the vector divides 6
+    assert _block_width(32, 4) == 8  # no size given: the widest
+    # the 64-point chain's largest stage (128 realified rows of float64) is 8 KiB at two
+    # vectors of four: more than half of SMALL's L2, so its blocks are one vector wide
+    outs, ins = _dct(64, 32)
+    func, constants = lower_program(outs, ins)
+    blocked = block_columns(func, SMALL)
+    lanes = _loops(blocked, "lanes")
+    assert lanes and all(int(s.hi.value) == 4 for s in lanes)
+    x = np.random.default_rng(1).standard_normal((64, 32))
     _same_when_interpreted(func, blocked, constants, [x])
 
 

@@ -32,7 +32,13 @@ apart would share a few cache sets), and the next block rewrites the same memory
 the widest multiple of the host's vector width, up to :data:`VECTORS` vectors, that divides
 ``N`` into two blocks or more: a stage computes each row from ``c`` rows of the one before with
 ``c`` factor values and addresses a row, which two vectors a row pay back (one vector a row
-was 1.5x slower at 4096 points); the innermost loop becomes a lane loop
+was 1.5x slower at 4096 points, before the row groups below) -- unless the block's part of
+the largest intermediate would then exceed half of L2 and a narrower block's would not, as
+at 4096 points (8192 realified rows: 1 MiB at two float64 vectors, 512 KiB at one), where
+one vector a row is faster (``FIT_L2``; ``python -m benchmarks.ab_cpu_steps --only fit_l2
+--programs DCT``, one AMD EPYC core: DCT-II 4096x128 float64 1-2% faster, float32 8-18%, the
+gradients 0-8%; at 1024 and 2048 points, where two vectors fit, one vector was 2-6% slower);
+the innermost loop becomes a lane loop
 (:mod:`tecomp.lanes`) where its body has that form, emitted as ``B``-wide vector operations.
 Where a block's part of a stage exceeds half of L2 (1 MiB at 4096 points and 16 float64
 columns), stages shaped as a tree (each block of rows of a stage made of whole blocks of the
@@ -85,6 +91,10 @@ PACK = True
 
 #: a fixed block width instead of the rule above (the A/B tools' override; None: the rule)
 WIDTH: int | None = None
+
+#: narrow the block to one vector where two would not fit the largest intermediate's part in
+#: half of L2 (module doc; False: always the widest; an A/B switch)
+FIT_L2 = True
 
 _ELEM = {"float16": 2, "float32": 4, "float64": 8}
 
@@ -199,7 +209,8 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     if not temps or per_column * N <= half_l2:
         return None
     lanes = host.lanes(min(_ELEM[b.dtype] for b in temps))
-    width = WIDTH or _block_width(N, lanes)
+    largest = max(_elements(b) // N * _ELEM[b.dtype] for b in temps)  # bytes a column
+    width = WIDTH or _block_width(N, lanes, largest if FIT_L2 else 0, half_l2)
     if width is None:
         return None
     blocks = N // width
@@ -279,11 +290,16 @@ def _elements(b: Buffer) -> int:
     return count
 
 
-def _block_width(N: int, lanes: int) -> int | None:
+def _block_width(N: int, lanes: int, column_bytes: int = 0, fits: int = 0) -> int | None:
     """The widest block of at most :data:`VECTORS` vectors of ``lanes`` that divides ``N``
-    into two blocks or more; None when there is none."""
+    into two blocks or more and whose part of the largest intermediate (``column_bytes`` a
+    column) is at most ``fits`` bytes; the narrowest when none is that small; None when no
+    width divides ``N``."""
     widths = [w for w in range(lanes, min(VECTORS * lanes, N // 2) + 1, lanes) if N % w == 0]
-    return max(widths) if widths else None
+    if not widths:
+        return None
+    small = [w for w in widths if w * column_bytes <= fits]
+    return max(small) if small else min(widths)
 
 
 class _Columns(Redirect):
