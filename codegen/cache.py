@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import is_dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from ..expr import field_names
+from ..expr import field_prefixes
 from ..loopir import LoweredFunc
 
 V = TypeVar("V")
@@ -67,7 +67,7 @@ _TUPLE, _OTHER = object(), object()
 
 def _plan(t: type) -> Any:
     if is_dataclass(t) and not issubclass(t, type):
-        plan: Any = (f"{t.__name__}(", tuple((f, f"{f}=") for f in field_names(t)))
+        plan: Any = (f"{t.__name__}(", field_prefixes(t))
     elif issubclass(t, tuple):
         plan = _TUPLE
     else:

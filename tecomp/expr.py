@@ -36,6 +36,13 @@ def field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+@lru_cache(maxsize=1024)
+def field_prefixes(cls: type) -> tuple[tuple[str, str], ...]:
+    """``(name, "name=")`` for each field of the dataclass ``cls``: how the structural texts
+    of the caches write a node's fields."""
+    return tuple((f, f"{f}=") for f in field_names(cls))
+
+
 def _cached_hash(self: Any) -> int:
     try:
         return object.__getattribute__(self, "_h")

@@ -49,7 +49,7 @@ import numpy as np
 from .codegen.cache import remember_digest, structural_digest, structural_lines
 from .codegen.disk_cache import DiskCache, default_cache
 from .codegen.target import source_digest
-from .expr import field_names
+from .expr import field_names, field_prefixes
 from .loopir import Buffer, LoweredFunc
 from .tensor import Shape, Tensor
 
@@ -134,8 +134,7 @@ def dag_lines(root: Any, *, functions: bool = False) -> tuple[list[str], list[An
             return "<function>"
         if not (is_dataclass(x) and not isinstance(x, type)):
             raise Unkeyable(f"a {t.__name__}")
-        _PLANS[t] = (f"{t.__module__}.{t.__qualname__}(",
-                     tuple((f, f"{f}=") for f in field_names(t)))
+        _PLANS[t] = (f"{t.__module__}.{t.__qualname__}(", field_prefixes(t))
         return ref(x)
 
     lines.append(ref(root))  # the root itself (a tuple is written in place, not numbered)

@@ -134,8 +134,8 @@ def _terms(T: Tensor, c: int, unroll: bool, read_k, i, j, l_, terms: list | None
     ``unroll`` the ``c`` products written out (``k`` a constant in each), or only the
     ``terms`` of :func:`sparse_terms` (the others are structural zeros)."""
     if unroll:
-        b = int(T.shape[1].value)
-        ks = [_term_k(t, j, b) for t in terms] if terms is not None else list(range(c))
+        ks = list(range(c)) if terms is None else [
+            _term_k(t, j, int(T.shape[1].value)) for t in terms]
         total = T[i, j, ks[0], l_] * read_k(ks[0])
         for kk in ks[1:]:
             total = total + T[i, j, kk, l_] * read_k(kk)
