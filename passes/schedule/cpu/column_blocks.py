@@ -233,7 +233,7 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     body = [_Columns(inner.var, t, start, views, width).visit(s)
             for s, (inner, _) in zip(run, nests)]
     cut: dict[Buffer, Buffer] = {}
-    if max(_elements(b) // N * width * _ELEM[b.dtype] for b in temps) > half_l2:
+    if largest * width > half_l2:
         body, cut = group_rows(body, {reshaped[b] for b in temps}, names)
     body = [_pack(b, new, t, start, width, names) for b, new in packed.items()] + body
     body, dropped = forward_copies(body, {cut.get(reshaped[b], reshaped[b]) for b in temps})
