@@ -1,4 +1,4 @@
-"""A/B of twenty-three steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twenty-six steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -50,6 +50,8 @@
   zeros (``butterfly.SPARSE_TERMS``; off: every product written out).
 * ``fit_l2``: column blocks of one vector where two would not fit the largest intermediate's
   part in half of L2 (``column_blocks.FIT_L2``; off: always the widest block).
+* ``stream``: non-temporal stores into outputs larger than the last-level cache
+  (``stream.STREAM``; off: plain stores).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -78,7 +80,7 @@ import tecomp as tc  # noqa: E402
 from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
-from tecomp.codegen.llvm import emit, emit_expr  # noqa: E402
+from tecomp.codegen.llvm import emit, emit_expr, parts, stream  # noqa: E402
 from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
 from tecomp.passes import pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
@@ -131,6 +133,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "unrolled_adjoint": patch([(butterfly_grad, "UNROLL_BUFFERED", False)]),
         "sparse_terms": patch([(butterfly, "SPARSE_TERMS", False)]),
         "fit_l2": patch([(column_blocks, "FIT_L2", False)]),
+        "stream": patch([(stream, "STREAM", False)]),
     }
 
 
@@ -204,6 +207,16 @@ def programs():
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
             [G], steps + ("unrolled_adjoint",)
+    X = tc.placeholder((4096, 4096), name="X")
+    k = tc.reduce_axis(4096, name="k")
+    Y = tc.compute((4096,), lambda i: tc.sum(X[i, k], axis=k), name="Y")
+    H = tc.placeholder((4096,), name="H")
+    yield "row sum 4096x4096 grad", list(tc.gradient(Y, [X], head=H)), [X, H], ("stream",)
+    X = tc.placeholder((1 << 24,), name="X")
+    k = tc.reduce_axis(1 << 24, name="k")
+    Y = tc.compute((), lambda: tc.sum(X[k] * X[k], axis=k), name="Y")
+    H = tc.placeholder((), name="H")
+    yield "sum of squares 16M grad", list(tc.gradient(Y, [X], head=H)), [X, H], ("stream",)
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
@@ -255,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
         for variant in ("all",) + tuple(f"no {s}" for s in steps):
             undo = switches[variant[3:]]() if variant != "all" else (lambda: None)
             try:
-                KERNELS.clear()
+                KERNELS.clear()  # and the bodies, whose keys no switch changes
+                parts.BODIES.clear()
                 kernel = tc.build(outs() if callable(outs) else outs, ins)  # a gradient a variant
             finally:
                 undo()

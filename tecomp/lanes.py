@@ -23,7 +23,7 @@ from . import expr as E
 from .loopir import Buffer, BufferLoad, For, Seq, Store
 from .stmt_functor import expr_children
 
-__all__ = ["OPS", "lane_count", "lane_index", "vector_form"]
+__all__ = ["OPS", "lane_count", "lane_index", "reads_buffer", "stream_form", "vector_form"]
 
 _FLOAT = ("float32", "float64")
 OPS = {E.Add: "fadd", E.Sub: "fsub", E.Mul: "fmul", E.Div: "fdiv"}
@@ -96,38 +96,56 @@ def _contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var,
         _coefficient(x, v, uses) == 0 for x in indices[:-1])
 
 
-def _vectorisable(e: E.Expr, v: E.Var, dtype: str, uses: Uses) -> bool:
+_Memo = dict[tuple[int, str], tuple[bool, E.Expr]]
+
+
+def _vectorisable(e: E.Expr, v: E.Var, dtype: str, uses: Uses,
+                  memo: _Memo | None = None) -> bool:
+    """Whether ``e`` has the vector form (module docstring); ``memo`` (by node, the node kept
+    alive, by dtype) answers each shared node once -- a value may be a DAG far larger as a
+    tree."""
     if not uses(e):
         return True
+    memo = {} if memo is None else memo
+    found = memo.get((id(e), dtype))
+    if found is not None:
+        return found[0]
+    out = _vector_node(e, v, dtype, uses, memo)
+    memo[(id(e), dtype)] = (out, e)
+    return out
+
+
+def _vector_node(e: E.Expr, v: E.Var, dtype: str, uses: Uses, memo: _Memo) -> bool:
     if e.dtype != dtype:
         return False
     if isinstance(e, BufferLoad):
         return e.buffer.dtype == dtype and _contiguous(e.buffer, e.indices, v, uses)
     if type(e) in OPS or isinstance(e, (E.Max, E.Min)):
-        return _vectorisable(e.a, v, dtype, uses) and _vectorisable(e.b, v, dtype, uses)
+        return _vectorisable(e.a, v, dtype, uses, memo) and \
+            _vectorisable(e.b, v, dtype, uses, memo)
     if isinstance(e, E.Neg):
-        return _vectorisable(e.a, v, dtype, uses)
+        return _vectorisable(e.a, v, dtype, uses, memo)
     if isinstance(e, E.Select):
-        return (_condition(e.cond, v, uses) and _vectorisable(e.t, v, dtype, uses)
-                and _vectorisable(e.f, v, dtype, uses))
+        return (_condition(e.cond, v, uses, memo) and _vectorisable(e.t, v, dtype, uses, memo)
+                and _vectorisable(e.f, v, dtype, uses, memo))
     return False
 
 
-def _condition(e: E.Expr, v: E.Var, uses: Uses) -> bool:
+def _condition(e: E.Expr, v: E.Var, uses: Uses, memo: _Memo) -> bool:
     """A per-lane condition: comparisons of integer lane indices (``j0 + jj <= i``) or of
     vectorisable floats, joined by ``&``/``|``."""
     if not uses(e):
         return True
     if isinstance(e, (E.And, E.Or)):
-        return _condition(e.a, v, uses) and _condition(e.b, v, uses)
+        return _condition(e.a, v, uses, memo) and _condition(e.b, v, uses, memo)
     if not isinstance(e, E.CmpOp):
         return False
     if e.a.dtype == "int64" and e.b.dtype == "int64":
         return (_coefficient(e.a, v, uses) is not None
                 and _coefficient(e.b, v, uses) is not None)
     return (e.a.dtype == e.b.dtype and e.a.dtype in _FLOAT
-            and _vectorisable(e.a, v, e.a.dtype, uses)
-            and _vectorisable(e.b, v, e.b.dtype, uses))
+            and _vectorisable(e.a, v, e.a.dtype, uses, memo)
+            and _vectorisable(e.b, v, e.b.dtype, uses, memo))
 
 
 def lane_index(e: E.Expr, v: E.Var, uses: Uses | None = None) -> int | None:
@@ -161,3 +179,32 @@ def vector_form(s: For) -> tuple[int, list[Store]] | None:
     return n, stores
 
 
+
+
+def stream_form(s: For) -> Store | None:
+    """The store of ``s`` when ``s`` (any trip count, step 1) is one plain float store at
+    consecutive elements of consecutive iterations of a value :func:`vector_form`'s rules
+    vectorise and that reads nothing of the buffer it writes (so its iterations are
+    independent) -- a loop a backend may run in whole vectors (with a scalar head and tail),
+    such as the non-temporal stores of :mod:`tecomp.codegen.llvm.stream` -- else None."""
+    st = s.body
+    if s.step != 1 or not isinstance(st, Store) or st.reduce is not None \
+            or st.buffer.dtype not in _FLOAT:
+        return None
+    uses = Uses(s.var)
+    if not _contiguous(st.buffer, st.indices, s.var, uses) \
+            or not _vectorisable(st.value, s.var, st.buffer.dtype, uses) \
+            or reads_buffer(st.value, st.buffer):
+        return None
+    return st
+
+
+def reads_buffer(e: E.Expr, buf: Buffer, seen: set[int] | None = None) -> bool:
+    """Whether ``e`` loads from ``buf`` (each shared node looked at once)."""
+    seen = set() if seen is None else seen
+    if id(e) in seen:
+        return False
+    seen.add(id(e))
+    if isinstance(e, BufferLoad) and e.buffer == buf:
+        return True
+    return any(reads_buffer(c, buf, seen) for c in expr_children(e))

@@ -22,7 +22,7 @@ import numpy as np
 
 from ... import expr as E
 from ...errors import CompileError, TecompError
-from ...host import Host
+from ...host import Host, describe
 from ...logs import timed
 from ...loopir import Buffer, LoweredFunc
 from ..cache import KERNELS, CompileCache
@@ -163,12 +163,14 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
     def compile_now(emitted: LoweredFunc) -> JitFunction:
         from .emit import emit_module  # not imported on the path that loads cached code
         from .parts import Parts
+        from .stream import streaming
 
         binding()  # LLVM set up here: the compiling threads never wait for LOCK
         sink = Parts(store, speed_level, host) if threads else None
         with LOCK:
             try:
-                module = emit_module(emitted, threads=threads, sink=sink)
+                module = emit_module(emitted, threads=threads, sink=sink,
+                                     stream=streaming(host or describe()))
             except TecompError:
                 if sink is not None:
                     sink.cancel()

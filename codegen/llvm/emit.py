@@ -36,13 +36,14 @@ Expressions are emitted by :class:`.emit_expr.ExprEmitter`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
 
 from ... import expr as E
 from ...errors import CompileError
-from ...functor import children, free_vars
+from ...functor import free_vars
+from ...lanes import reads_buffer
 from ...loopir import (
     Allocate,
     Buffer,
@@ -60,8 +61,12 @@ from . import types as T
 from .emit_expr import ExprEmitter
 from .layout import STACK_LIMIT, heap_allocated, pooled_buffers, symbol_name  # noqa: F401
 
+if TYPE_CHECKING:
+    from .stream import Streaming
 
-def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None) -> ir.Module:
+
+def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None,
+                stream: Streaming | None = None) -> ir.Module:
     """An LLVM module with one function implementing ``func`` (see the module docstring).
 
     With ``threads``, outermost ``"parallel"`` loops are outlined and run on several threads
@@ -70,10 +75,12 @@ def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None) -
     With a ``sink``, the outlined bodies go to modules of their own: ``sink.body(key,
     emit)`` returns the symbol of the body whose :func:`.parallel.body_key` is ``key``,
     calling ``emit(module, symbol)`` to define it in a new module when it has not got it,
-    and this module declares it.
+    and this module declares it.  With ``stream`` (:func:`.stream.streaming` of the host),
+    stores into outputs larger than the last-level cache are non-temporal (:mod:`.stream`).
     """
     module = ir.Module(name=symbol_name(func.name))
-    FunctionEmitter(module, func, symbol_name(func.name), threads=threads, sink=sink).run()
+    FunctionEmitter(module, func, symbol_name(func.name), threads=threads, sink=sink,
+                    stream=stream).run()
     return module
 
 
@@ -105,6 +112,8 @@ class StmtEmitter(ExprEmitter):
         self.sink: Any = None  # where outlined bodies go (emit_module)
         self._minmax_stores: dict[int, tuple[str, E.Expr, ir.Value]] = {}  # by id(Store)
         self.pool: dict[Buffer, ir.Value] = {}  # temporaries passed in by the caller
+        self.stream: Streaming | None = None  # which output stores are non-temporal
+        self.streamed = False  # whether a non-temporal store was emitted (finish fences)
 
     def visit(self, e: Any) -> Any:
         if isinstance(e, Stmt):
@@ -112,6 +121,10 @@ class StmtEmitter(ExprEmitter):
         return super().visit(e)
 
     def finish(self) -> ir.Function:
+        if self.streamed:
+            from .stream import fence
+
+            fence(self.b)
         self.b.ret(ir.Constant(T.I32, 0))
         return self.fn
 
@@ -174,8 +187,9 @@ class StmtEmitter(ExprEmitter):
             T.store_value(self.b, ir.Constant(T.reg_type(store.buffer.dtype), float("nan")), ptr,
                           store.buffer.dtype)
 
-    def loop(self, s: For, lo_e: Any, hi_e: Any) -> None:
-        """Emit ``for v in range(lo, hi, step): body`` (``lo``/``hi``: Exprs or i64 values)."""
+    def loop(self, s: For, lo_e: Any, hi_e: Any, stream: bool = True) -> None:
+        """Emit ``for v in range(lo, hi, step): body`` (``lo``/``hi``: Exprs or i64 values);
+        with its stores non-temporal where :attr:`stream` takes them (unless not ``stream``)."""
         if not isinstance(s.step, int) or s.step < 1:
             raise CompileError(f"emit: loop over {s.var.name!r} has step {s.step!r}; need >= 1")
         if not T.is_int(s.var.dtype):
@@ -183,6 +197,12 @@ class StmtEmitter(ExprEmitter):
         vt = T.reg_type(s.var.dtype)
         lo = self._bound(lo_e, s.var.dtype)
         hi = self._bound(hi_e, s.var.dtype)
+        if stream and self.stream is not None and s.var.dtype == "int64":
+            from .stream import emit_streamed, streams
+
+            if streams(self.stream, s):
+                emit_streamed(self, s, lo, hi)
+                return
         pre = self.b.block
         head = self.fn.append_basic_block(f"{s.var.name}.head")
         body = self.fn.append_basic_block(f"{s.var.name}.body")
@@ -327,30 +347,21 @@ def minmax_reduction(s: For) -> tuple[str, E.Expr] | None:
             return None
     else:
         return None
-    if x.dtype != st.buffer.dtype or _reads(x, st.buffer, set()):
+    if x.dtype != st.buffer.dtype or reads_buffer(x, st.buffer):
         return None
     return which, x
-
-
-def _reads(e: Any, buf: Buffer, seen: set[int]) -> bool:
-    """Whether ``e`` loads from ``buf`` (each shared node visited once)."""
-    if id(e) in seen:
-        return False
-    seen.add(id(e))
-    if isinstance(e, BufferLoad) and e.buffer == buf:
-        return True
-    kids = e.indices if isinstance(e, BufferLoad) else children(e)
-    return any(_reads(c, buf, seen) for c in kids)
 
 
 class FunctionEmitter(StmtEmitter):
     """Emit one lowered function into ``module`` under the symbol ``name``."""
 
     def __init__(self, module: ir.Module, func: LoweredFunc, name: str, *,
-                 threads: bool = False, sink: Any = None) -> None:
+                 threads: bool = False, sink: Any = None,
+                 stream: Streaming | None = None) -> None:
         self.func = func
         super().__init__(ir.Function(module, signature(func, threads), name))
         self.sink = sink
+        self.stream = stream
         self._bind_arguments()
         if threads:
             self.threads = self.fn.args[-1]

@@ -99,9 +99,20 @@ class _Shared:
 
 
 def _vector(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType,
-            shared: _Shared | None = None) -> ir.Value:
+            shared: _Shared | None = None, memo: dict | None = None) -> ir.Value:
     """``e`` at every lane of ``uses.v``, as a vector of type ``vt``; reads of unwritten
-    buffers through ``shared`` when given."""
+    buffers through ``shared`` when given; with ``memo`` (a dict, by node), each shared node
+    of ``e`` emitted once (a value that is a DAG far larger as a tree)."""
+    if memo is None:
+        return _vector_of(em, e, uses, dtype, vt, shared, None)
+    found = memo.get((id(e), dtype))
+    if found is None:
+        found = memo[(id(e), dtype)] = (_vector_of(em, e, uses, dtype, vt, shared, memo), e)
+    return found[0]
+
+
+def _vector_of(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType,
+               shared: _Shared | None, memo: dict | None) -> ir.Value:
     b = em.b
     if not uses(e):
         def splat() -> ir.Value:
@@ -115,17 +126,19 @@ def _vector(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType,
         def load() -> ir.Value:
             return b.load(em.address(e.buffer, e.indices), typ=vt, align=T.elem_size(dtype))
         return load() if shared is None else shared.get(em, e, vt, load)
+
+    def sub(x: E.Expr) -> ir.Value:
+        return _vector(em, x, uses, dtype, vt, shared, memo)
+
     if isinstance(e, E.Neg):
-        return b.fneg(_vector(em, e.a, uses, dtype, vt, shared), flags=T.FAST)
+        return b.fneg(sub(e.a), flags=T.FAST)
     if isinstance(e, E.Select):
-        return b.select(_mask(em, e.cond, uses, vt.count),
-                        _vector(em, e.t, uses, dtype, vt, shared),
-                        _vector(em, e.f, uses, dtype, vt, shared))
+        return b.select(_mask(em, e.cond, uses, vt.count, memo), sub(e.t), sub(e.f))
     if isinstance(e, (E.Max, E.Min)):  # NaN-propagating, as the scalar rule
-        x, y = _vector(em, e.a, uses, dtype, vt, shared), _vector(em, e.b, uses, dtype, vt, shared)
-        return T.intrinsic(b, "maximum" if isinstance(e, E.Max) else "minimum", [x, y])
+        return T.intrinsic(b, "maximum" if isinstance(e, E.Max) else "minimum",
+                           [sub(e.a), sub(e.b)])
     op = OPS[type(e)]
-    x, y = _vector(em, e.a, uses, dtype, vt, shared), _vector(em, e.b, uses, dtype, vt, shared)
+    x, y = sub(e.a), sub(e.b)
     return getattr(b, op)(x, y, flags=T.FAST)
 
 
@@ -149,17 +162,18 @@ def _lane_ints(em: Any, e: E.Expr, uses: Uses, n: int) -> ir.Value:
 _SIGNED = {E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=", E.EQ: "==", E.NE: "!="}
 
 
-def _mask(em: Any, c: E.Expr, uses: Uses, n: int) -> ir.Value:
+def _mask(em: Any, c: E.Expr, uses: Uses, n: int, memo: dict | None = None) -> ir.Value:
     """A per-lane condition as a vector of ``i1``."""
     b = em.b
     if not uses(c):
         return _splat(em, em.emit(c, "bool"), n)
     if isinstance(c, (E.And, E.Or)):
-        x, y = _mask(em, c.a, uses, n), _mask(em, c.b, uses, n)
+        x, y = _mask(em, c.a, uses, n, memo), _mask(em, c.b, uses, n, memo)
         return b.and_(x, y) if isinstance(c, E.And) else b.or_(x, y)
     op = _SIGNED[type(c)]
     if c.a.dtype == "int64":
         return b.icmp_signed(op, _lane_ints(em, c.a, uses, n), _lane_ints(em, c.b, uses, n))
     vt = ir.VectorType(T.reg_type(c.a.dtype), n)
-    x, y = _vector(em, c.a, uses, c.a.dtype, vt), _vector(em, c.b, uses, c.b.dtype, vt)
+    x = _vector(em, c.a, uses, c.a.dtype, vt, memo=memo)
+    y = _vector(em, c.b, uses, c.b.dtype, vt, memo=memo)
     return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)

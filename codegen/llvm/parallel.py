@@ -29,7 +29,7 @@ given.  A shared body is marked ``noinline`` so that its call sites do not copy 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
 
@@ -73,10 +73,11 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
                                     + [T.I64] * 4)
         if em.sink is not None:  # a module of its own, compiled apart (and cached) by the sink
             symbol = em.sink.body(
-                key, lambda mod, name: _body(mod, name, body_type, s, bufs, vals, step))
+                key, lambda mod, name: _body(mod, name, body_type, s, bufs, vals, step,
+                                             em.stream))
             body_fn = ir.Function(module, body_type, symbol)
         else:
-            body_fn = _body(module, base, body_type, s, bufs, vals, step)
+            body_fn = _body(module, base, body_type, s, bufs, vals, step, em.stream)
             body_fn.linkage = "internal"
         chunk = _chunk(module, base, body_fn, ctx_type, len(captured))
         em.bodies[key] = (body_fn, chunk)
@@ -97,6 +98,10 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
             rc = b.call(body_fn, captured + [ir.Constant(T.I64, 0), trips])
             b.store(rc, status_slot)
         with other:
+            if em.streamed:  # the other threads may read what this function streamed
+                from .stream import fence
+
+                fence(b)
             run = T.declare(module, runtime.SYMBOL, T.I32, [T.PTR, T.PTR, T.I64, T.I64])
             b.store(b.call(run, [chunk, ctx, trips, nthr]), status_slot)
     ok = b.icmp_signed("==", b.load(status_slot, typ=T.I32), ir.Constant(T.I32, 0))
@@ -106,14 +111,15 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
 
 
 def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs: list,
-          vals: list, step: ir.Constant) -> ir.Function:
+          vals: list, step: ir.Constant, stream: Any = None) -> ir.Function:
     """The body function ``name`` (of type ``body_type``) in ``module`` of the parallel loop
     ``s`` over the buffers ``bufs`` and the values ``vals`` of the enclosing scope (pairs of
-    the IR object and its LLVM value)."""
+    the IR object and its LLVM value), with the enclosing function's streaming rule."""
     from .emit import StmtEmitter, symbol_name
 
     body_fn = ir.Function(module, body_type, name)
     sub = StmtEmitter(body_fn)
+    sub.stream = stream
     for (buf, _), arg in zip(bufs, body_fn.args):
         arg.name = symbol_name(buf.name)
         arg.add_attribute("noalias")
