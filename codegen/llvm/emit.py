@@ -200,8 +200,9 @@ class StmtEmitter(ExprEmitter):
         if stream and self.stream is not None and s.var.dtype == "int64":
             from .stream import emit_streamed, streams
 
-            if streams(self.stream, s):
-                emit_streamed(self, s, lo, hi)
+            st = streams(self.stream, s)
+            if st is not None:
+                emit_streamed(self, s, st, lo, hi)
                 return
         pre = self.b.block
         head = self.fn.append_basic_block(f"{s.var.name}.head")

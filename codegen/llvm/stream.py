@@ -35,7 +35,7 @@ from llvmlite import ir
 from ... import expr as E
 from ...host import Host
 from ...lanes import Uses, stream_form
-from ...loopir import For
+from ...loopir import For, Store
 from . import types as T
 from .emit import _Bound
 from .lanes import _vector
@@ -73,25 +73,23 @@ def _buffer_bytes(buf: Any) -> int | None:
     return n
 
 
-def streams(rule: Streaming | None, s: For) -> bool:
-    """Whether ``rule`` streams the stores of the loop ``s``."""
+def streams(rule: Streaming | None, s: For) -> Store | None:
+    """The store of the loop ``s`` when ``rule`` streams it, else None."""
     if rule is None:
-        return False
+        return None
     st = stream_form(s)
     if st is None or st.buffer.scope != "output":
-        return False
+        return None
     size = _buffer_bytes(st.buffer)
-    return size is not None and size > rule.min_bytes
+    return st if size is not None and size > rule.min_bytes else None
 
 
-def emit_streamed(em: StmtEmitter, s: For, lo: ir.Value, hi: ir.Value) -> None:
-    """Emit ``s`` (for which :func:`streams` holds) over ``[lo, hi)`` at ``em``'s position:
-    a scalar head up to the first aligned element, aligned non-temporal vector stores, a
-    scalar tail."""
+def emit_streamed(em: StmtEmitter, s: For, st: Store, lo: ir.Value, hi: ir.Value) -> None:
+    """Emit ``s``, whose store :func:`streams` gave as ``st``, over ``[lo, hi)`` at ``em``'s
+    position: a scalar head up to the first aligned element, aligned non-temporal vector
+    stores, a scalar tail."""
     rule = em.stream
     assert rule is not None
-    st = stream_form(s)
-    assert st is not None
     b = em.b
     size = T.elem_size(st.buffer.dtype)
     lanes = rule.vector_bytes // size
@@ -113,7 +111,7 @@ def emit_streamed(em: StmtEmitter, s: For, lo: ir.Value, hi: ir.Value) -> None:
     em.streamed = True
 
 
-def _vector_loop(em: StmtEmitter, s: For, st: Any, lo: ir.Value, hi: ir.Value,
+def _vector_loop(em: StmtEmitter, s: For, st: Store, lo: ir.Value, hi: ir.Value,
                  lanes: int) -> None:
     b = em.b
     dt = st.buffer.dtype

@@ -103,11 +103,11 @@ def test_which_loops_stream():
     x = Buffer("X", (E.Const(101, "int64"),), "float32", "input")
     rule = Streaming(0, 64)
     read = lambda j: BufferLoad(x, (j,), "float32")  # noqa: E731
-    assert streams(rule, _loop(read, out))
-    assert not streams(None, _loop(read, out))
-    assert not streams(Streaming(400, 64), _loop(read, out))  # 400 bytes: within the "cache"
-    assert not streams(rule, _loop(read, tmp))  # temporaries are read again soon
-    assert not streams(rule, _loop(read, out, reduce="sum"))
+    assert streams(rule, _loop(read, out)) is not None
+    assert streams(None, _loop(read, out)) is None
+    assert streams(Streaming(400, 64), _loop(read, out)) is None  # 400 bytes: within the "cache"
+    assert streams(rule, _loop(read, tmp)) is None  # temporaries are read again soon
+    assert streams(rule, _loop(read, out, reduce="sum")) is None
     # a recurrence (reads what it writes) and a strided store are no streams
     prev = lambda j: BufferLoad(out, (E.Sub(j, E.Const(1, "int64"), "int64"),), "float32")  # noqa: E731
     assert stream_form(_loop(prev, out)) is None
