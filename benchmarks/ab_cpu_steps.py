@@ -1,4 +1,4 @@
-"""A/B of twenty-six steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of twenty-seven steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -52,6 +52,8 @@
   part in half of L2 (``column_blocks.FIT_L2``; off: always the widest block).
 * ``stream``: non-temporal stores into outputs larger than the last-level cache
   (``stream.STREAM``; off: plain stores).
+* ``aligned_heap``: temporaries on the heap (packed panels) at 64-byte boundaries
+  (``emit.ALIGNED_HEAP``; off: ``malloc``'s 16).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -134,6 +136,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "sparse_terms": patch([(butterfly, "SPARSE_TERMS", False)]),
         "fit_l2": patch([(column_blocks, "FIT_L2", False)]),
         "stream": patch([(stream, "STREAM", False)]),
+        "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
     }
 
 
@@ -173,7 +176,7 @@ def programs():
         Y, grads, fins, gins = _conv(*spec)
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops",
-                 "column_blocks")
+                 "column_blocks", "aligned_heap")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -184,19 +187,20 @@ def programs():
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
-        ("dot_unroll", "share_indices", "whole_packs")
+        ("dot_unroll", "share_indices", "whole_packs", "aligned_heap")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
-                                 "share_indices", "whole_packs")
+                                 "share_indices", "whole_packs", "aligned_heap")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
         hd = tc.ops.dense(xd, Wd, bd)
         Hd = tc.placeholder(hd.shape, name="H")
         yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
-            ("dot_unroll", "transposed_pack", "share_indices", "whole_packs")
+            ("dot_unroll", "transposed_pack", "share_indices", "whole_packs", "aligned_heap")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
-            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs")
+            [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs",
+                               "aligned_heap")
     for n, dtype in ((256, "float64"), (1024, "float64"), (4096, "float64"), (4096, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
@@ -221,9 +225,10 @@ def programs():
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
         yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices",
-                                                 "whole_packs")
+                                                 "whole_packs", "aligned_heap")
         yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
-            ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices", "whole_packs")
+            ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices", "whole_packs",
+             "aligned_heap")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:
