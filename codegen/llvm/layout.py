@@ -47,14 +47,21 @@ def symbol_name(name: str) -> str:
     return s if s and not s[0].isdigit() else "k_" + s
 
 
-def heap_allocated(buf: Buffer) -> bool:
-    """Whether a temporary goes to the heap (symbolic, or over :data:`STACK_LIMIT` bytes)."""
-    count = 1
+def constant_bytes(buf: Buffer) -> int | None:
+    """The bytes of ``buf`` when its shape is constant (negative extents count as 0), else
+    None."""
+    count = ELEM_SIZE[buf.dtype]
     for d in buf.shape:
         if not isinstance(d, E.Const):
-            return True
+            return None
         count *= max(int(d.value), 0)
-    return count * ELEM_SIZE[buf.dtype] > STACK_LIMIT
+    return count
+
+
+def heap_allocated(buf: Buffer) -> bool:
+    """Whether a temporary goes to the heap (symbolic, or over :data:`STACK_LIMIT` bytes)."""
+    size = constant_bytes(buf)
+    return size is None or size > STACK_LIMIT
 
 
 def pooled_buffers(func: LoweredFunc) -> tuple[Buffer, ...]:

@@ -29,7 +29,7 @@ given.  A shared body is marked ``noinline`` so that its call sites do not copy 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -41,6 +41,7 @@ from . import types as T
 
 if TYPE_CHECKING:
     from .emit import StmtEmitter
+    from .stream import Streaming
 
 MAX_THREADS = 64
 
@@ -111,7 +112,7 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
 
 
 def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs: list,
-          vals: list, step: ir.Constant, stream: Any = None) -> ir.Function:
+          vals: list, step: ir.Constant, stream: Streaming | None = None) -> ir.Function:
     """The body function ``name`` (of type ``body_type``) in ``module`` of the parallel loop
     ``s`` over the buffers ``bufs`` and the values ``vals`` of the enclosing scope (pairs of
     the IR object and its LLVM value), with the enclosing function's streaming rule."""

@@ -28,17 +28,17 @@ targets keep plain stores.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ... import expr as E
 from ...host import Host
 from ...lanes import Uses, stream_form
 from ...loopir import For, Store
 from . import types as T
 from .emit import _Bound
 from .lanes import _vector
+from .layout import constant_bytes
 
 if TYPE_CHECKING:
     from .emit import StmtEmitter
@@ -64,15 +64,6 @@ def streaming(host: Host) -> Streaming | None:
     return Streaming(llc, max(16, host.vector_bits // 8))
 
 
-def _buffer_bytes(buf: Any) -> int | None:
-    n = T.elem_size(buf.dtype)
-    for d in buf.shape:
-        if not isinstance(d, E.Const):
-            return None
-        n *= int(d.value)
-    return n
-
-
 def streams(rule: Streaming | None, s: For) -> Store | None:
     """The store of the loop ``s`` when ``rule`` streams it, else None."""
     if rule is None:
@@ -80,7 +71,7 @@ def streams(rule: Streaming | None, s: For) -> Store | None:
     st = stream_form(s)
     if st is None or st.buffer.scope != "output":
         return None
-    size = _buffer_bytes(st.buffer)
+    size = constant_bytes(st.buffer)
     return st if size is not None and size > rule.min_bytes else None
 
 
