@@ -54,6 +54,9 @@
   (``stream.STREAM``; off: plain stores).
 * ``aligned_heap``: temporaries on the heap (packed panels) at 64-byte boundaries
   (``emit.ALIGNED_HEAP``; off: ``malloc``'s 16).
+* ``direct_inits``: a scatter's element-wise init (the zeros of a gather's gradient)
+  computed straight into the scatter's buffer (``lower.DIRECT_INITS``; off: into a
+  temporary, then copied).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -84,7 +87,7 @@ from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import emit, emit_expr, parts, stream  # noqa: E402
 from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
-from tecomp.passes import pad_windows, phase_split  # noqa: E402
+from tecomp.passes import lower, pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
     column_blocks,
     copy_forward,
@@ -137,6 +140,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "fit_l2": patch([(column_blocks, "FIT_L2", False)]),
         "stream": patch([(stream, "STREAM", False)]),
         "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
+        "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
     }
 
 
@@ -216,6 +220,13 @@ def programs():
     Y = tc.compute((4096,), lambda i: tc.sum(X[i, k], axis=k), name="Y")
     H = tc.placeholder((4096,), name="H")
     yield "row sum 4096x4096 grad", list(tc.gradient(Y, [X], head=H)), [X, H], ("stream",)
+    for vocab, dim, count in ((1000, 64, 4096), (32000, 512, 8192)):
+        E = tc.placeholder((vocab, dim), name="E")
+        idx = tc.placeholder((count,), name="idx", dtype="int64")
+        Y = tc.ops.take(E, idx)
+        H = tc.placeholder(Y.shape, name="H")
+        yield f"embedding {vocab}x{dim}[{count}] grad", list(tc.gradient(Y, [E], head=H)), \
+            [idx, H], ("direct_inits",)
     X = tc.placeholder((1 << 24,), name="X")
     k = tc.reduce_axis(1 << 24, name="k")
     Y = tc.compute((), lambda: tc.sum(X[k] * X[k], axis=k), name="Y")

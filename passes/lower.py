@@ -42,7 +42,11 @@ backends may rely on:
   buffer of shape ``()`` initialised with the combiner's identity (see :mod:`.lower_stage`).
 * A scatter stage (``ScatterOp``) is a copy of its ``init`` (or a zero fill) followed by serial
   loops over its axes storing ``Store(buf, indices, value, reduce="sum")`` at data-dependent
-  indices; its loops are never ``"parallel"``.
+  indices; its loops are never ``"parallel"``.  An ``init`` that is an element-wise stage
+  (no reduction) read by nothing else is computed straight into the scatter's buffer, in its
+  own loop nest, instead of into a buffer of its own that is then copied
+  (:func:`_direct_inits`): the gradient of a gather (``tc.ops.take``) zeroes its result once
+  instead of zeroing a temporary and copying it.
 * A ``For`` of kind ``"parallel"`` is the outermost data loop of a stage: every store in it
   to a non-local buffer indexes that buffer with the loop variable as its first index, so
   iterations write disjoint elements; ``"local"`` buffers allocated inside it are private to
@@ -58,7 +62,7 @@ import numpy as np
 
 from tecomp import expr as E
 from tecomp.errors import LoweringError
-from tecomp.functor import free_vars, fresh_name, input_tensors, op_exprs, walk
+from tecomp.functor import free_vars, fresh_name, input_tensors, op_exprs, tensor_reads, walk
 from tecomp.loopir import Buffer, LoweredFunc
 from tecomp.scan import check_not_state
 from tecomp.scan_op import ScanOp
@@ -287,8 +291,9 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
     stages = flatten_rows(flatten_sums(stages, exprs, inlined), exprs, inlined,
                           max_in_place=64 if cpu else 0)
     items: list = []
+    direct = _direct_inits([t for t in stages if id(t) not in inlined], exprs, keep)
     for t in stages:
-        if id(t) in inlined:
+        if id(t) in inlined or id(t) in direct:
             continue
         if isinstance(t.op, ScanOp):  # every state of the scan at its first member
             if id(t.op.scan) not in scans_done:
@@ -303,13 +308,53 @@ def lower_program(outputs: Tensor | Sequence[Tensor], inputs: Iterable[Any], *,
             ctx.buffers[id(t)] = buf
             items.append(AllocMark(buf))
         if isinstance(t.op, ScatterOp):
-            init = None if t.op.init is None else ctx.buffer_of(t.op.init)
-            items.append(fill(buf, init, ctx.params))
+            first = t.op.init
+            if first is not None and id(first) in direct:
+                assert isinstance(first.op, ComputeOp)
+                items.append(lower_stage(ctx, buf.name, first.op.axes, exprs[id(first)][0], buf))
+            else:
+                init = None if first is None else ctx.buffer_of(first)
+                items.append(fill(buf, init, ctx.params))
             items.append(lower_scatter(ctx, buf.name, t.op, exprs[id(t)], buf))
             continue
         assert isinstance(t.op, ComputeOp)
         items.append(lower_stage(ctx, buf.name, t.op.axes, exprs[id(t)][0], buf))
     return _finish(ctx, items, copies, outs, name, in_bufs, out_bufs, param_list), data
+
+
+#: compute a scatter's element-wise ``init`` straight into its buffer (:func:`_direct_inits`);
+#: False: into a buffer of its own, then copied (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+DIRECT_INITS = True
+
+
+def _direct_inits(live: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
+                  keep: set[int]) -> set[int]:
+    """The ids of the scatters' ``init`` stages that are computed straight into their
+    scatter's buffer: element-wise computes (no reduction) of the scatter's shape and dtype,
+    not kept (outputs, scan states, ``keep_buffer``), and read by nothing but that one
+    scatter's ``init``.  Their stage ran before the scatter's and read only buffers no later
+    stage writes (each stage writes its own buffer), so computing it at the scatter's place
+    gives the same values; the copy and the buffer go."""
+    if not DIRECT_INITS or any(isinstance(t.op, ScanOp) for t in live):
+        return set()  # a scan's step reads its outer tensors outside ``exprs``
+    inits: dict[int, int] = {}
+    read: set[int] = set()
+    for t in live:
+        if isinstance(t.op, ScatterOp) and t.op.init is not None:
+            inits[id(t.op.init)] = inits.get(id(t.op.init), 0) + 1
+        for e in exprs.get(id(t), ()):
+            read |= {id(r.tensor) for r in tensor_reads(e)}
+    out: set[int] = set()
+    for t in live:
+        first = t.op.init if isinstance(t.op, ScatterOp) else None
+        if first is None or inits[id(first)] != 1 or id(first) in read or id(first) in keep:
+            continue
+        if not isinstance(first.op, ComputeOp) or id(first) not in exprs \
+                or any(isinstance(x, E.Reduce) for x in walk(exprs[id(first)][0])):
+            continue
+        if first.dtype == t.dtype and tuple(first.shape) == tuple(t.shape):
+            out.add(id(first))
+    return out
 
 
 def _finish(ctx: Context, items: list, copies: list, outs: list[Tensor], name: str | None,

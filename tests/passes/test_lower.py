@@ -232,6 +232,62 @@ def test_scatter_stage(rng):
     assert "+=" in str(tc.Lowered(func))
 
 
+def _scatter(idx, V, init):
+    i = E.IterVar(E.Var("i"), E.Const(0, "int64"), E.Const(5, "int64"), "reduce")
+    j = E.IterVar(E.Var("j"), E.Const(0, "int64"), E.Const(3, "int64"), "reduce")
+    op = ScatterOp((i, j), (idx[i.var], j.var), V[i.var, j.var] * 2.0, init=init)
+    return Tensor("S", (E.Const(4, "int64"), E.Const(3, "int64")), "float32", op)
+
+
+def test_element_wise_init_is_computed_in_the_scatter_buffer(rng):
+    """An element-wise init read by nothing else is stored straight into the scatter's
+    buffer: no temporary, no copy, the same values (here with an input it reads)."""
+    idx = tc.placeholder((5,), name="idx", dtype="int64")
+    V = tc.placeholder((5, 3), name="V")
+    X = tc.placeholder((4, 3), name="X")
+    init = tc.compute((4, 3), lambda a, b: X[a, b] * 3.0 + tc.cast(b, "float32"), name="init")
+    S = _scatter(idx, V, init)
+    arrays = [np.array([0, 3, 0, 2, 3]), rng.standard_normal((5, 3)), rng.standard_normal((4, 3))]
+    func = check([S], [idx, V, X], arrays)
+    assert allocs(func, "temp") == []
+    assert "X[" in str(tc.Lowered(func)) and "init[" not in str(tc.Lowered(func))
+
+
+def test_shared_or_output_init_keeps_its_buffer(rng):
+    """An init another stage reads, or that is an output itself, is computed once into its
+    own buffer and copied (the scatter must not change it)."""
+    idx = tc.placeholder((5,), name="idx", dtype="int64")
+    V = tc.placeholder((5, 3), name="V")
+    X = tc.placeholder((4, 3), name="X")
+    arrays = [np.array([1, 3, 1, 2, 0]), rng.standard_normal((5, 3)), rng.standard_normal((4, 3))]
+    init = tc.compute((4, 3), lambda a, b: tc.exp(X[a, b]), name="init")
+    S = _scatter(idx, V, init)
+    R = tc.compute((4, 3), lambda a, b: S[a, b] * init[a, b], name="R")
+    func = check([R], [idx, V, X], arrays)
+    assert "init" in allocs(func, "temp")
+    init2 = tc.compute((4, 3), lambda a, b: X[a, b] + 1.0, name="init2")
+    S2 = _scatter(idx, V, init2)
+    func = check([S2, init2], [idx, V, X], arrays)
+    assert "init2[" in str(tc.Lowered(func))
+
+
+def test_direct_init_switch_gives_the_same_values(rng, monkeypatch):
+    """The gradient of a gather (zeros, then a scatter) with and without the direct init."""
+    from tecomp.passes import lower as lower_module
+
+    E_ = tc.placeholder((6, 4), name="E")
+    idx = tc.placeholder((9,), name="idx", dtype="int64")
+    Y = tc.ops.take(E_, idx)
+    H = tc.placeholder(Y.shape, name="H")
+    (G,) = tc.gradient(Y, [E_], head=H)
+    arrays = [np.array([0, 5, 5, 2, 0, 1, 3, 5, 4]), rng.standard_normal((9, 4))]
+    direct = check([G], [idx, H], arrays)
+    assert allocs(direct, "temp") == []
+    monkeypatch.setattr(lower_module, "DIRECT_INITS", False)
+    copied = check([G], [idx, H], arrays)
+    assert len(allocs(copied, "temp")) == 1
+
+
 def test_constant_tensor_is_hidden_input(rng):
     C = tc.constant(np.arange(6, dtype=np.float32).reshape(2, 3), name="C")
     X = tc.placeholder((2, 3), name="X")
