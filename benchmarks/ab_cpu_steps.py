@@ -54,6 +54,8 @@
   (``stream.STREAM``; off: plain stores).
 * ``aligned_heap``: temporaries on the heap (packed panels) at 64-byte boundaries
   (``emit.ALIGNED_HEAP``; off: ``malloc``'s 16).
+* ``backend_unroll``: a register tile's steps a trip made by LLVM's unroller from the loop's
+  ``unroll`` hint (``microkernel.UNROLL_IN_BACKEND``; off: the schedule writes the copies).
 * ``direct_inits``: a scatter's element-wise init (the zeros of a gather's gradient)
   computed straight into the scatter's buffer (``lower.DIRECT_INITS``; off: into a
   temporary, then copied).
@@ -141,6 +143,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "stream": patch([(stream, "STREAM", False)]),
         "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
         "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
+        "backend_unroll": patch([(microkernel, "UNROLL_IN_BACKEND", False)]),
     }
 
 
@@ -180,7 +183,7 @@ def programs():
         Y, grads, fins, gins = _conv(*spec)
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops",
-                 "column_blocks", "aligned_heap")
+                 "column_blocks", "aligned_heap", "backend_unroll")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -191,21 +194,23 @@ def programs():
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
-        ("dot_unroll", "share_indices", "whole_packs", "aligned_heap")
+        ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
-                                 "share_indices", "whole_packs", "aligned_heap")
+                                 "share_indices", "whole_packs", "aligned_heap", "backend_unroll")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
         hd = tc.ops.dense(xd, Wd, bd)
         Hd = tc.placeholder(hd.shape, name="H")
         yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
-            ("dot_unroll", "transposed_pack", "share_indices", "whole_packs", "aligned_heap")
+            ("dot_unroll", "transposed_pack", "share_indices", "whole_packs", "aligned_heap",
+             "backend_unroll")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs",
-                               "aligned_heap")
-    for n, dtype in ((256, "float64"), (1024, "float64"), (4096, "float64"), (4096, "float32")):
+                               "aligned_heap", "backend_unroll")
+    for n, dtype in ((256, "float64"), (1024, "float64"), (4096, "float64"), (4096, "float32"),
+                     (1024, "float32"), (2048, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
@@ -236,10 +241,10 @@ def programs():
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
         yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices",
-                                                 "whole_packs", "aligned_heap")
+                                                 "whole_packs", "aligned_heap", "backend_unroll")
         yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
             ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices", "whole_packs",
-             "aligned_heap")
+             "aligned_heap", "backend_unroll")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:

@@ -10,7 +10,11 @@ Conventions every pass and backend relies on:
 * ``For(var, lo, hi, step, body)`` runs ``var = lo, lo + step, ...`` while ``var < hi``
   (``step >= 1``; an empty range runs nothing).  ``kind`` is a scheduling hint: ``"serial"``,
   ``"parallel"`` (iterations independent, may run on several threads/blocks), ``"vectorized"``
-  or ``"unrolled"``.
+  or ``"unrolled"``.  ``unroll`` (default 1), another hint, asks the code generator for
+  ``unroll`` iterations of the body in each trip of the loop it emits, the remaining
+  iterations apart (the CPU schedule sets it on a register tile's reduction loop; the LLVM
+  backend hands it to LLVM's unroller, which makes the copies).  Neither hint changes
+  what the loop computes or the order of its iterations.
 * Buffers are dense and row-major; ``BufferLoad``/``Store`` index them with one expression per
   dimension.  ``Store(..., reduce="sum")`` means ``buf[idx] = buf[idx] + value`` (other
   combiners: ``"prod"``, ``"max"``, ``"min"``); parallel backends must make it atomic or prove
@@ -74,6 +78,7 @@ class For(Stmt):
     body: Stmt
     step: int = 1
     kind: str = "serial"
+    unroll: int = 1
 
 
 @node

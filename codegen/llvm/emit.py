@@ -222,7 +222,10 @@ class StmtEmitter(ExprEmitter):
         nxt = self.b.add(iv, ir.Constant(vt, s.step), flags=("nsw",))
         iv.add_incoming(nxt, self.b.block)
         latch = self.b.branch(head)
-        if (KEEP_TILE_LOOPS and _tile_steps(s)) or (KEEP_OUTER_LOOPS and _outer_of_long(s)):
+        if s.unroll > 1 and _long(s):  # the schedule's steps a trip (its ``unroll`` hint)
+            latch.set_metadata("llvm.loop", _loop_id(self.b.module,
+                                                     ("llvm.loop.unroll.count", s.unroll)))
+        elif (KEEP_TILE_LOOPS and _tile_steps(s)) or (KEEP_OUTER_LOOPS and _outer_of_long(s)):
             latch.set_metadata("llvm.loop", _loop_id(self.b.module, "llvm.loop.unroll.disable"))
         self.b.position_at_end(done)
 
@@ -418,9 +421,10 @@ KEEP_TILE_LOOPS = True
 
 def _tile_steps(s: For) -> bool:
     """Whether ``s`` steps a register tile: its body is lane loops only, each a statement
-    per vector register of the tile, already unrolled over the reduction by the schedule
-    (``microkernel.unrolled_steps``).  LLVM's unroller copied such bodies again, the tail
-    steps' too: without those copies the symbolic transformer block of
+    per vector register of the tile; the schedule chose the steps a trip
+    (``microkernel.unrolled_steps``: the loop's ``unroll`` hint, which :meth:`StmtEmitter.loop`
+    hands to LLVM as an unroll count, or the copies written out).  LLVM's unroller copied
+    such bodies again, the tail steps' too: without those copies the symbolic transformer block of
     ``benchmarks/compile_time.py`` compiles in 2.53 s instead of 2.74 s (CPU time 3.75 s
     instead of 4.26 s, one AMD EPYC), kernels as fast (``benchmarks/ab_llvm_pipeline.py
     --variant rolled``).  A loop of at most :data:`FULL_UNROLL_TRIPS` constant trips is
@@ -467,9 +471,12 @@ def _outer_of_long(s: For) -> bool:
 KEEP_OUTER_LOOPS = True
 
 
-def _loop_id(module: ir.Module, *flags: str) -> ir.MDValue:
-    """A loop's ``!llvm.loop`` node: distinct by referring to itself, then ``flags``."""
-    props = [module.add_metadata([ir.MetaDataString(module, f)]) for f in flags]
+def _loop_id(module: ir.Module, *flags: str | tuple[str, int]) -> ir.MDValue:
+    """A loop's ``!llvm.loop`` node: distinct by referring to itself, then ``flags`` (a
+    name, or a name and an ``i32`` operand such as an unroll count)."""
+    props = [module.add_metadata([ir.MetaDataString(module, f)]) if isinstance(f, str) else
+             module.add_metadata([ir.MetaDataString(module, f[0]),
+                                  ir.Constant(ir.IntType(32), f[1])]) for f in flags]
     node = ir.values.MDValue(module, props, name=str(len(module.metadata)))
     node.operands = (node, *props)  # a loop ID's first operand is the node itself
     return node

@@ -327,6 +327,42 @@ def test_register_tile_loops_are_left_rolled(monkeypatch):
     assert "llvm.loop" not in str(emit_module(short))  # three trips: LLVM unrolls it whole
 
 
+@pytest.mark.parametrize("trips", [0, 1, 3, 4, 7, 37])
+def test_unroll_hint_becomes_llvm_unroll_count(trips):
+    """A loop's ``unroll`` hint (a register tile's steps a trip, chosen by the schedule) is
+    handed to LLVM as ``llvm.loop.unroll.count``: LLVM makes that many copies of the body a
+    trip and runs the remainder apart, every iteration in order (a float sum in sequence:
+    exact against the same sum in NumPy's order for these small integers)."""
+    from tecomp.codegen.kernel import Kernel
+    from tecomp.codegen.llvm import compile_function
+    from tecomp.codegen.llvm.emit import emit_module
+
+    jj = E.Var("jj")
+    x = Buffer("X", (n,), "float32", "input")
+    w = Buffer("W", (n, c(16)), "float32", "input")
+    y = Buffer("Y", (c(16),), "float32", "output")
+    acc = Buffer("acc", (c(16),), "float32", "local")
+    step = For(jj, c(0), c(16), Store(acc, (jj,), load(acc, jj) + load(x, k) * load(w, k, jj)),
+               kind="lanes")
+    body = Allocate(acc, Seq((
+        For(jj, c(0), c(16), Store(acc, (jj,), c(0.0, "float32")), kind="lanes"),
+        For(k, c(0), n, step, unroll=4),
+        For(jj, c(0), c(16), Store(y, (jj,), load(acc, jj)), kind="lanes"))))
+    func = LoweredFunc("tile_u4", (x, w), (y,), (n,), body)
+    text = str(emit_module(func))
+    assert re.search(r'!{ !"llvm.loop.unroll.count", i32 4 }', text)
+    assert "llvm.loop.unroll.disable" not in text
+    assert "unroll 4" in str(tc.Lowered(func))
+    kern = Kernel(func, compile_function(func, cache=None, disk=None), target="llvm")
+    rng = np.random.default_rng(trips)
+    a = rng.integers(-3, 4, trips).astype(np.float32)
+    b = rng.integers(-3, 4, (trips, 16)).astype(np.float32)
+    np.testing.assert_array_equal(kern(a, b), a @ b)
+    if trips == 37:  # four copies a trip and a remainder: four times the one step's products
+        ops = len(re.findall(r"fmul [a-z ]*<16 x float>|@llvm\.fma\.v16f32\(", kern.source))
+        assert ops >= 4, ops
+
+
 def test_heap_temporaries_start_on_64_byte_boundaries():
     """A temporary malloc would place 16 bytes past a page (large blocks) is allocated with
     ``aligned_alloc(64, bytes rounded up to 64)``: a 64-byte vector load of a packed panel

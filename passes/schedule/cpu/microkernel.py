@@ -419,21 +419,38 @@ def micro_tiles(st: Store, i: E.Var, k: E.Var, j: E.Var, ic: E.Var, ihi: E.Expr,
 #: steps of the reduction in one trip of a tile's loop (:func:`unrolled_steps`)
 K_UNROLL = 4
 
+#: the tile's loop carries the steps a trip as its ``unroll`` hint and the code generator
+#: makes the copies (LLVM's unroller, the remainder apart); False: the schedule writes them
+#: out (an A/B switch of ``benchmarks/ab_cpu_steps.py``, step ``backend_unroll``)
+UNROLL_IN_BACKEND = True
+
 
 def unrolled_steps(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
-    """``for (k, lo, hi) body`` as trips of :data:`K_UNROLL` copies of ``body`` over the
-    whole groups of steps, then the rest one step a trip.  LLVM leaves the tile's loop
-    rolled, and its counter, compare and branch then issue beside every ``mr x nr / lanes``
-    multiply-adds: four steps a trip took a float32 matmul from 130 to 147 GFLOP/s at
-    1024^3 and 129 to 145 at 2048^3 on one AVX-512 core (eight: no further gain).  The
-    steps run in the same order, so the sums are unchanged.  A loop a constant extent
-    leaves empty is dropped.  Only the whole tiles that broadcast the row operand in place
-    take it: with a packed row operand (an MLP's gradient, a matmul's) and on the row tails
-    it measured no faster, and the copies cost LLVM time (the symbolic transformer block's
-    gradient: 37k -> 70k lines of IR, 3.4 -> 4.0 s to compile)."""
+    """``for (k, lo, hi) body`` run :data:`K_UNROLL` steps a trip over the whole groups of
+    steps, then the rest one step a trip.  LLVM leaves the tile's loop rolled otherwise, and
+    its counter, compare and branch then issue beside every ``mr x nr / lanes``
+    multiply-adds: four steps a trip took a float32 matmul from 130 to 147 GFLOP/s at 1024^3
+    and 129 to 145 at 2048^3 on one AVX-512 core (eight: no further gain).  The steps run
+    in the same order, so the sums are unchanged.  Only the whole tiles that broadcast the
+    row operand in place take it: with a packed row operand (an MLP's gradient, a matmul's)
+    and on the row tails it measured no faster, and the copies cost LLVM time (the symbolic
+    transformer block's gradient: 37k -> 70k lines of IR, 3.4 -> 4.0 s to compile).
+
+    With :data:`UNROLL_IN_BACKEND` the loop stays one loop with ``unroll=K_UNROLL``, and
+    LLVM's unroller makes the copies and the remainder: the same machine code (the same
+    multiply-adds a trip; kernels within noise of the written-out copies, 0.96-1.06x over
+    the contractions of ``benchmarks/ab_cpu_steps.py``), while Python emits and prints a
+    quarter of the tile's IR: the symbolic transformer block of
+    ``benchmarks/compile_time.py`` built cold in 1.26 s instead of 1.74 (CPU 1.89 s
+    instead of 2.63; one Intel Xeon with AVX-512, two cores).  Otherwise the schedule
+    writes the copies out: trips of ``K_UNROLL`` copies of ``body`` with ``k`` stepping by
+    ``K_UNROLL``, then the rest one step a trip; a loop a constant extent leaves empty is
+    dropped."""
     u = K_UNROLL
     if u <= 1:
         return For(k, lo, hi, body)
+    if UNROLL_IN_BACKEND:
+        return For(k, lo, hi, body, unroll=u)
     mid = split_end(lo, hi, u)
     copies = Seq(tuple(subst(body, {k: plus(k, s)}) if s else body for s in range(u)))
     parts = [For(k, lo, mid, copies, step=u), For(k, mid, hi, body)]
