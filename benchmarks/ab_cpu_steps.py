@@ -56,6 +56,8 @@
   (``emit.ALIGNED_HEAP``; off: ``malloc``'s 16).
 * ``backend_unroll``: a register tile's steps a trip made by LLVM's unroller from the loop's
   ``unroll`` hint (``microkernel.UNROLL_IN_BACKEND``; off: the schedule writes the copies).
+* ``backend_digits``: the same for the digit steps of a window's flattened reduction
+  (``digits.UNROLL_IN_BACKEND``; off: the schedule writes the copies).
 * ``direct_inits``: a scatter's element-wise init (the zeros of a gather's gradient)
   computed straight into the scatter's buffer (``lower.DIRECT_INITS``; off: into a
   temporary, then copied).
@@ -93,6 +95,7 @@ from tecomp.passes import lower, pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
     column_blocks,
     copy_forward,
+    digits,
     gemm,
     gemm_dot,
     microkernel,
@@ -144,6 +147,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
         "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
         "backend_unroll": patch([(microkernel, "UNROLL_IN_BACKEND", False)]),
+        "backend_digits": patch([(digits, "UNROLL_IN_BACKEND", False)]),
     }
 
 
@@ -183,7 +187,7 @@ def programs():
         Y, grads, fins, gins = _conv(*spec)
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops",
-                 "column_blocks", "aligned_heap", "backend_unroll")
+                 "column_blocks", "aligned_heap", "backend_unroll", "backend_digits")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")

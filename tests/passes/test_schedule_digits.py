@@ -163,18 +163,23 @@ def test_fold_digits_and_window_period():
     assert window_period(box, k, 4096) == 1024
 
 
-def test_strided_weight_gradient_steps_in_digits(monkeypatch):
+@pytest.mark.parametrize("in_backend", [True, False])
+def test_strided_weight_gradient_steps_in_digits(monkeypatch, in_backend):
     """A stride-2 convolution's weight gradient sums over the box ``(n, y, x)`` flattened
     into one ``k``: its tiles broadcast ``H[k // 64, f, k // 8 % 8, k % 8]`` and its panel
     gathers the image through the same divisions.  Both loops run over the box's digits
     instead (``k = 64 q + 8 a + 4 t + s``): no division or remainder of a loop variable is
-    left in them; the program is provably in bounds and matches the evaluator."""
+    left in them; the program is provably in bounds and matches the evaluator.  The
+    innermost digit's steps are one step in a loop whose ``unroll`` hint asks the code
+    generator for the copies, or (the switch off) the copies written out."""
     from tecomp import expr as E
     from tecomp.codegen import kernel as kernel_mod
     from tecomp.passes.bounds_affine import check_static_bounds
+    from tecomp.passes.schedule.cpu import digits
     from tecomp.stmt_functor import walk_expr, walk_stmt
 
     monkeypatch.setattr(kernel_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(digits, "UNROLL_IN_BACKEND", in_backend)
     X = tc.placeholder((2, 16, 16, 16), name="X")
     K = tc.placeholder((32, 16, 3, 3), name="K")
     Y = tc.ops.conv2d(X, K, stride=2, padding=1)
@@ -185,6 +190,9 @@ def test_strided_weight_gradient_steps_in_digits(monkeypatch):
     check_static_bounds(sched)
     digit_loops = [s for s in walk_stmt(sched.body) if isinstance(s, For) and "_q" in s.var.name]
     assert len(digit_loops) >= 2  # the panel's copy and the tiles
+    hinted = [s for s in walk_stmt(sched.body) if isinstance(s, For) and s.unroll > 1
+              and "_t" in s.var.name]
+    assert bool(hinted) == in_backend
     for loop in digit_loops:
         inner = {x.var for x in walk_stmt(loop.body) if isinstance(x, For)} | {loop.var}
         assert not [e for e in walk_expr_all(loop.body) if isinstance(e, (E.FloorDiv, E.Mod))

@@ -199,6 +199,12 @@ def _gcd(a: int, b: int) -> int:
     return a
 
 
+#: the steps a trip of :func:`by_period` written once, in a loop whose ``unroll`` hint asks the
+#: code generator for the copies (a loop of at most three steps, a window's digit, is unrolled
+#: whole by LLVM); False: written out here (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+UNROLL_IN_BACKEND = True
+
+
 def by_period(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt, period: int,
               names: set[str], unroll: int = 4) -> Stmt | None:
     """``for (k, lo, hi) body`` written in the digits of its window or box (un-flattening
@@ -223,6 +229,9 @@ def by_period(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt, period: int,
     a = fresh_var(f"{k.name}_a", names) if period > u else None
     ranges = {} if a is None else {a: (0, period // u - 1)}
     s = u if u <= max(unroll, 1) else unroll if u % unroll == 0 else 1
+    hint = 1
+    if UNROLL_IN_BACKEND and s > 1:  # one step written, the loop's hint asks for the copies
+        hint, s = s, 1
     c = fresh_var(f"{k.name}_t", names) if s < u else None
     if c is not None:
         ranges[c] = (0, u // s - 1)
@@ -234,7 +243,7 @@ def by_period(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt, period: int,
         steps.append(_fold_stmt(subst(body, {k: _digits(period, u, q, a, low)}), ranges))
     inner: Stmt = Seq(tuple(steps)) if len(steps) > 1 else steps[0]
     if c is not None:
-        inner = For(c, index_const(0), index_const(u // s), inner)
+        inner = For(c, index_const(0), index_const(u // s), inner, unroll=hint)
     if a is not None:
         inner = For(a, index_const(0), index_const(period // u), inner)
     P = index_const(period)
