@@ -12,8 +12,9 @@ Conventions every pass and backend relies on:
   ``"parallel"`` (iterations independent, may run on several threads/blocks), ``"vectorized"``
   or ``"unrolled"``.  ``unroll`` (default 1), another hint, asks the code generator for
   ``unroll`` iterations of the body in each trip of the loop it emits, the remaining
-  iterations apart (the CPU schedule sets it on a register tile's reduction loop; the LLVM
-  backend hands it to LLVM's unroller, which makes the copies).  Neither hint changes
+  iterations apart (the CPU schedule sets it on a register tile's reduction loop and on a
+  window's innermost digit steps; the LLVM backend hands it to LLVM's unroller, which makes
+  the copies).  Neither hint changes
   what the loop computes or the order of its iterations.
 * Buffers are dense and row-major; ``BufferLoad``/``Store`` index them with one expression per
   dimension.  ``Store(..., reduce="sum")`` means ``buf[idx] = buf[idx] + value`` (other

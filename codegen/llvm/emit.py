@@ -427,8 +427,8 @@ def _tile_steps(s: For) -> bool:
     per vector register of the tile; the schedule chose the steps a trip
     (``microkernel.unrolled_steps``: the loop's ``unroll`` hint, which :meth:`StmtEmitter.loop`
     hands to LLVM as an unroll count, or the copies written out).  LLVM's unroller copied
-    such bodies again, the tail steps' too: without those copies the symbolic transformer block of
-    ``benchmarks/compile_time.py`` compiles in 2.53 s instead of 2.74 s (CPU time 3.75 s
+    such bodies again, the tail steps' too: without those copies the symbolic transformer
+    block of ``benchmarks/compile_time.py`` compiles in 2.53 s instead of 2.74 s (CPU time 3.75 s
     instead of 4.26 s, one AMD EPYC), kernels as fast (``benchmarks/ab_llvm_pipeline.py
     --variant rolled``).  A loop of at most :data:`FULL_UNROLL_TRIPS` constant trips is
     left to LLVM, which unrolls it whole (a window's digit loop of three: a 3x3 gradient 5%

@@ -200,8 +200,9 @@ def _gcd(a: int, b: int) -> int:
 
 
 #: the steps a trip of :func:`by_period` written once, in a loop whose ``unroll`` hint asks the
-#: code generator for the copies (a loop of at most three steps, a window's digit, is unrolled
-#: whole by LLVM); False: written out here (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+#: code generator for the copies (a window's three digit steps: one loop of three trips that
+#: LLVM unrolls whole); False: written out here (an A/B switch of
+#: ``benchmarks/ab_cpu_steps.py``, step ``backend_digits``)
 UNROLL_IN_BACKEND = True
 
 
@@ -212,10 +213,12 @@ def by_period(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt, period: int,
     ``u`` the innermost digit (:func:`_radix`), ``q`` over the periods, ``a`` over ``period
     / u``, and ``t`` the innermost digit's steps -- unrolled when there are at most
     ``unroll`` of them, else a loop ``t = unroll * c + s`` over trips of ``unroll``
-    unrolled steps -- every division and remainder of the digits folded
-    (:func:`fold_digits`).  A flattened 3x3 window's ``X[.., k // 9, y + k // 3 % 3, x + k %
-    3]`` becomes ``X[.., q, y + a, x + t]``, a weight gradient's head ``H[k // 64, f, k // 8
-    % 8, k % 8]`` over an 8x8 image becomes ``H[q, f, a, 4 c + s]``: affine in the loops,
+    unrolled steps (with :data:`UNROLL_IN_BACKEND`, one step in a loop over ``t`` whose
+    ``unroll`` hint asks the code generator for those copies) -- every division and
+    remainder of the digits folded (:func:`fold_digits`).  A flattened 3x3 window's
+    ``X[.., k // 9, y + k // 3 % 3, x + k % 3]`` becomes ``X[.., q, y + a, x + t]``, a weight
+    gradient's head ``H[k // 64, f, k // 8 % 8, k % 8]`` over an 8x8 image becomes ``H[q, f,
+    a, 4 c + s]``: affine in the loops,
     so a step's address costs an add instead of divisions (nine unrolled steps, tried
     first, took the 3x3 convolution's gradient build from 0.34 to 0.62 s for a 2% faster
     forward).  The steps run in the same order.  ``lo`` and ``hi`` must be multiples of

@@ -437,12 +437,14 @@ def unrolled_steps(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt) -> Stmt:
     transformer block's gradient: 37k -> 70k lines of IR, 3.4 -> 4.0 s to compile).
 
     With :data:`UNROLL_IN_BACKEND` the loop stays one loop with ``unroll=K_UNROLL``, and
-    LLVM's unroller makes the copies and the remainder: the same machine code (the same
-    multiply-adds a trip; kernels within noise of the written-out copies, 0.96-1.06x over
-    the contractions of ``benchmarks/ab_cpu_steps.py``), while Python emits and prints a
-    quarter of the tile's IR: the symbolic transformer block of
-    ``benchmarks/compile_time.py`` built cold in 1.26 s instead of 1.74 (CPU 1.89 s
-    instead of 2.63; one Intel Xeon with AVX-512, two cores).  Otherwise the schedule
+    LLVM's unroller makes the copies and the remainder: the same multiply-adds a trip, the
+    kernels within noise of the written-out copies (``python -m benchmarks.ab_cpu_steps
+    --only backend_unroll``, one Intel Xeon core with AVX-512: 0.98-1.02x over its
+    contractions), while Python emits and prints a quarter of the tile's IR: cold builds in
+    pairs of fresh processes (``python benchmarks/compile_time.py --ab
+    tecomp.passes.schedule.cpu.microkernel.UNROLL_IN_BACKEND=False --pairs 3``, medians,
+    written-out / hint) of the symbolic transformer block 2.02 / 1.68 s, attention 0.81 /
+    0.72 s, the DOF Laplacian 0.50 / 0.43 s, the others within 4%.  Otherwise the schedule
     writes the copies out: trips of ``K_UNROLL`` copies of ``body`` with ``k`` stepping by
     ``K_UNROLL``, then the rest one step a trip; a loop a constant extent leaves empty is
     dropped."""
