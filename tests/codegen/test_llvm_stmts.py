@@ -289,14 +289,9 @@ def test_verify_and_jit_stages_are_named():
         compile_ir(src, "g")
 
 
-def test_register_tile_loops_are_left_rolled(monkeypatch):
-    """A loop whose body is lane loops only -- a register tile's reduction steps, which the
-    schedule unrolls itself -- carries ``llvm.loop.unroll.disable`` (a self-referencing loop
-    ID): LLVM keeps one copy of the vector body where its unroller made several."""
-    from tecomp.codegen.kernel import Kernel
-    from tecomp.codegen.llvm import compile_function, emit
-    from tecomp.codegen.llvm.emit import emit_module
-
+def _tile(trips: E.Expr, unroll: int = 1) -> tuple[LoweredFunc, Allocate, For]:
+    """A one-row register tile ``Y[jj] = sum_k X[k] * W[k, jj]`` over 16 lanes: the function,
+    its body and the lane loop of one step of the reduction."""
     jj = E.Var("jj")
     x = Buffer("X", (n,), "float32", "input")
     w = Buffer("W", (n, c(16)), "float32", "input")
@@ -306,9 +301,21 @@ def test_register_tile_loops_are_left_rolled(monkeypatch):
                kind="lanes")
     body = Allocate(acc, Seq((
         For(jj, c(0), c(16), Store(acc, (jj,), c(0.0, "float32")), kind="lanes"),
-        For(k, c(0), n, step),
+        For(k, c(0), trips, step, unroll=unroll),
         For(jj, c(0), c(16), Store(y, (jj,), load(acc, jj)), kind="lanes"))))
-    func = LoweredFunc("tile", (x, w), (y,), (n,), body)  # compiled afresh below: no caches
+    return LoweredFunc("tile" if unroll == 1 else f"tile_u{unroll}", (x, w), (y,), (n,),
+                       body), body, step
+
+
+def test_register_tile_loops_are_left_rolled(monkeypatch):
+    """A loop whose body is lane loops only -- a register tile's reduction steps, which the
+    schedule unrolls itself -- carries ``llvm.loop.unroll.disable`` (a self-referencing loop
+    ID): LLVM keeps one copy of the vector body where its unroller made several."""
+    from tecomp.codegen.kernel import Kernel
+    from tecomp.codegen.llvm import compile_function, emit
+    from tecomp.codegen.llvm.emit import emit_module
+
+    func, body, step = _tile(n)  # compiled afresh below: no caches
     text = str(emit_module(func))
     assert re.search(r'!(\d+) = !{ !\1, !\d+ }', text) and "llvm.loop.unroll.disable" in text
     rng = np.random.default_rng(3)
@@ -322,8 +329,7 @@ def test_register_tile_loops_are_left_rolled(monkeypatch):
         copies[keep] = len(re.findall(r"fmul [a-z ]*<16 x float>|@llvm\.fma\.v16f32\(",
                                       kern.source))
     assert copies[True] == 1 < copies[False], copies
-    short = LoweredFunc("tile", (x, w), (y,), (n,), Allocate(acc, Seq((
-        body.body.stmts[0], For(k, c(0), c(3), step), body.body.stmts[2]))))
+    short, _, _ = _tile(c(3))
     assert "llvm.loop" not in str(emit_module(short))  # three trips: LLVM unrolls it whole
 
 
@@ -337,18 +343,7 @@ def test_unroll_hint_becomes_llvm_unroll_count(trips):
     from tecomp.codegen.llvm import compile_function
     from tecomp.codegen.llvm.emit import emit_module
 
-    jj = E.Var("jj")
-    x = Buffer("X", (n,), "float32", "input")
-    w = Buffer("W", (n, c(16)), "float32", "input")
-    y = Buffer("Y", (c(16),), "float32", "output")
-    acc = Buffer("acc", (c(16),), "float32", "local")
-    step = For(jj, c(0), c(16), Store(acc, (jj,), load(acc, jj) + load(x, k) * load(w, k, jj)),
-               kind="lanes")
-    body = Allocate(acc, Seq((
-        For(jj, c(0), c(16), Store(acc, (jj,), c(0.0, "float32")), kind="lanes"),
-        For(k, c(0), n, step, unroll=4),
-        For(jj, c(0), c(16), Store(y, (jj,), load(acc, jj)), kind="lanes"))))
-    func = LoweredFunc("tile_u4", (x, w), (y,), (n,), body)
+    func, _, _ = _tile(n, unroll=4)
     text = str(emit_module(func))
     assert re.search(r'!{ !"llvm.loop.unroll.count", i32 4 }', text)
     assert "llvm.loop.unroll.disable" not in text
