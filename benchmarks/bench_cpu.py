@@ -49,10 +49,19 @@ TOLERANCE = 2e-3  # max |error| / max(1, max |reference|) of float32 results
 
 
 def cpu_model() -> str:
+    """The CPU's model name, with its family and model numbers where the name alone does not
+    tell the part (a virtual machine's "Intel(R) Xeon(R) Processor")."""
     try:
+        fields: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+            if not line.strip():
+                break  # the first CPU's record
+        name = fields.get("model name")
+        if name:
+            family, model = fields.get("cpu family"), fields.get("model")
+            return f"{name}, family {family} model {model}" if family and model else name
     except OSError:
         pass
     return platform.processor() or platform.machine()
