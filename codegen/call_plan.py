@@ -41,11 +41,17 @@ class ThreadTrial:
     """Serial or threaded, decided by timing: for work between ``ADAPT_MIN_BYTES`` and
     ``PARALLEL_MIN_BYTES`` (where the static estimate cannot tell: on the benchmark machine a
     4 MiB row maximum gained from threads and a 4.7 MiB stride-2 convolution lost), the
-    first calls alternate one thread and all threads: :data:`WARMUP_PAIRS` pairs untimed (caches
-    and the worker threads warm up: the first calls after a pause took 4-8x longer on the
-    benchmark machine), then :data:`TRIALS` timed pairs, and the faster median wins for the
-    plan's life.  Results do not depend on the choice: every element is
-    computed by the same code either way."""
+    first calls run one way, then the other: each way :data:`WARMUP_PAIRS` calls untimed
+    (caches and the worker threads warm up: the first calls after a pause took 4-8x longer on
+    the benchmark machine), then :data:`TRIALS` timed calls, and the faster median wins for
+    the plan's life.  Results do not depend on the choice: every element is computed by the
+    same code either way.
+
+    The threaded calls come in one block (:data:`IN_BLOCKS`), as repeated calls do: alternated
+    with serial ones, each found the pool's workers asleep again wherever a serial call
+    outlasts their spin (a softmax of 256x256 floats on an Intel Xeon with AVX-512: about 50
+    us serial, 33 us threaded with the workers awake, 40-150 us threaded after a serial
+    call), and the trial kept the serial code."""
 
     __slots__ = ("times", "parallel")
 
@@ -54,8 +60,11 @@ class ThreadTrial:
         self.parallel: bool | None = None
 
     def next_parallel(self) -> bool:
-        """Whether the next trial call runs threaded (alternating, serial first)."""
+        """Whether the next trial call runs threaded (the serial block first, or alternating,
+        serial first)."""
         serial, threaded = self.times
+        if IN_BLOCKS:
+            return len(serial) >= WARMUP_PAIRS + TRIALS
         return len(threaded) < len(serial)
 
     def record(self, parallel: bool, seconds: float) -> None:
@@ -70,6 +79,8 @@ MAX_PLANS = 32  # shapes remembered per kernel (all forgotten when full)
 ADAPT_MIN_BYTES = 1 << 20  # below: one thread, without trials
 WARMUP_PAIRS = 2  # untimed serial/threaded pairs of calls first
 TRIALS = 5  # then timed calls each way, before a plan settles on serial or threaded
+#: the trial's calls one way in a block, then the other (:class:`ThreadTrial`); False: alternate
+IN_BLOCKS = True
 
 
 def _data_offset() -> int | None:

@@ -120,10 +120,17 @@ def test_threads_and_threshold_read_at_each_call():
     assert seen == [2, 2, 1, 1]
 
 
+@pytest.mark.parametrize("in_blocks", [True, False])
 @pytest.mark.parametrize("threaded_faster", [True, False])
-def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, monkeypatch):
+def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, in_blocks,
+                                                               monkeypatch):
+    """Between the thresholds the first calls time one thread and two (a block each way, or
+    alternating), then every call takes the faster."""
     import tecomp.codegen.kernel as K
+    from tecomp.codegen import call_plan
     from tecomp.codegen.call_plan import ADAPT_MIN_BYTES, TRIALS, WARMUP_PAIRS
+
+    monkeypatch.setattr(call_plan, "IN_BLOCKS", in_blocks)
 
     A = tc.placeholder((512, 1024), name="A")  # 2 MiB in, 2 MiB out: between the thresholds
     B = tc.compute((512, 1024), lambda i, j: tc.exp(A[i, j]) + 1.0, name="B")
@@ -156,7 +163,7 @@ def test_gray_zone_kernels_time_both_ways_then_keep_the_faster(threaded_faster, 
         np.testing.assert_array_equal(r, results[0])  # the choice never changes results
     want = 2 if threaded_faster else 1
     assert seen[0] == 1  # the first call: the static rule
-    assert seen[1:1 + 2 * pairs] == [1, 2] * pairs
+    assert seen[1:1 + 2 * pairs] == ([1] * pairs + [2] * pairs if in_blocks else [1, 2] * pairs)
     assert seen[1 + 2 * pairs:] == [want] * 3
 
 
