@@ -116,11 +116,7 @@ def _vector_of(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType,
     b = em.b
     if not uses(e):
         def splat() -> ir.Value:
-            scalar = em.emit(e, dtype)
-            one = b.insert_element(ir.Constant(vt, ir.Undefined), scalar,
-                                   ir.Constant(T.I32, 0))
-            mask = ir.Constant(ir.VectorType(T.I32, vt.count), [0] * vt.count)
-            return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), mask)
+            return _splat(em, em.emit(e, dtype), vt.count)
         return splat() if shared is None else shared.get(em, e, vt, splat)
     if isinstance(e, BufferLoad):
         def load() -> ir.Value:
@@ -143,10 +139,20 @@ def _vector_of(em: Any, e: E.Expr, uses: Uses, dtype: str, vt: ir.VectorType,
 
 
 def _splat(em: Any, scalar: ir.Value, n: int) -> ir.Value:
-    vt = ir.VectorType(scalar.type, n)
-    one = em.b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(T.I32, 0))
-    return em.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
-                               ir.Constant(ir.VectorType(T.I32, n), [0] * n))
+    """``scalar`` in all ``n`` lanes (an insert and a shuffle; their constant operands made
+    once per element type and width: a register tile broadcasts a row value every step)."""
+    key = (scalar.type, n)
+    parts = _SPLAT_PARTS.get(key)
+    if parts is None:
+        vt = ir.VectorType(scalar.type, n)
+        parts = _SPLAT_PARTS[key] = (ir.Constant(vt, ir.Undefined), ir.Constant(T.I32, 0),
+                                     ir.Constant(ir.VectorType(T.I32, n), [0] * n))
+    undef, zero, mask = parts
+    return em.b.shuffle_vector(em.b.insert_element(undef, scalar, zero), undef, mask)
+
+
+#: the constant operands of :func:`_splat` by element type and width
+_SPLAT_PARTS: dict[tuple[ir.Type, int], tuple[ir.Constant, ir.Constant, ir.Constant]] = {}
 
 
 def _lane_ints(em: Any, e: E.Expr, uses: Uses, n: int) -> ir.Value:
