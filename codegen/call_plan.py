@@ -50,8 +50,8 @@ class ThreadTrial:
     The threaded calls come in one block (:data:`IN_BLOCKS`), as repeated calls do: alternated
     with serial ones, each found the pool's workers asleep again wherever a serial call
     outlasts their spin (a softmax of 256x256 floats on an Intel Xeon with AVX-512: about 50
-    us serial, 33 us threaded with the workers awake, 40-150 us threaded after a serial
-    call), and the trial kept the serial code."""
+    us serial, 33 us threaded with the workers awake, 42-150 us for most threaded calls right
+    after a serial one), and the trial kept the serial code."""
 
     __slots__ = ("times", "parallel")
 
@@ -77,7 +77,7 @@ class ThreadTrial:
 
 MAX_PLANS = 32  # shapes remembered per kernel (all forgotten when full)
 ADAPT_MIN_BYTES = 1 << 20  # below: one thread, without trials
-WARMUP_PAIRS = 2  # untimed serial/threaded pairs of calls first
+WARMUP_PAIRS = 2  # untimed calls each way first
 TRIALS = 5  # then timed calls each way, before a plan settles on serial or threaded
 #: the trial's calls one way in a block, then the other (:class:`ThreadTrial`); False: alternate
 IN_BLOCKS = True
