@@ -338,12 +338,12 @@ def _direct_inits(live: list[Tensor], exprs: dict[int, tuple[E.Expr, ...]],
     if not DIRECT_INITS or any(isinstance(t.op, ScanOp) for t in live):
         return set()  # a scan's step reads its outer tensors outside ``exprs``
     inits: dict[int, int] = {}
-    read: set[int] = set()
     for t in live:
         if isinstance(t.op, ScatterOp) and t.op.init is not None:
             inits[id(t.op.init)] = inits.get(id(t.op.init), 0) + 1
-        for e in exprs.get(id(t), ()):
-            read |= {id(r.tensor) for r in tensor_reads(e)}
+    if not inits:
+        return set()  # no scatter with an init: no walk of the program's expressions
+    read = {id(r.tensor) for t in live for e in exprs.get(id(t), ()) for r in tensor_reads(e)}
     out: set[int] = set()
     for t in live:
         first = t.op.init if isinstance(t.op, ScatterOp) else None
