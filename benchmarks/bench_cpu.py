@@ -70,12 +70,16 @@ def cpu_model() -> str:
 def machine() -> str:
     import llvmlite.binding as llvm
 
-    from tecomp.host import describe
+    from tecomp.host import _cache_sizes, describe
 
     h = describe()
+    reported = _cache_sizes()[2]
+    l3 = f"L3 {h.l3 >> 20} MiB" + (
+        f" (of {reported >> 20} MiB reported: a virtual machine's share)" if reported != h.l3
+        else "")
     return (f"{cpu_model()} (LLVM: {llvm.get_host_cpu_name()}), {h.cores} cores, "
             f"{h.vector_bits}-bit vectors{', FMA' if h.fma else ''}, L1d {h.l1d >> 10} KiB, "
-            f"L2 {h.l2 >> 10} KiB, L3 {h.l3 >> 20} MiB; Python {platform.python_version()}")
+            f"L2 {h.l2 >> 10} KiB, {l3}; Python {platform.python_version()}")
 
 
 def child_env(threads: int) -> dict[str, str]:

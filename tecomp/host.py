@@ -5,8 +5,9 @@ cache sizes, the number of cores the process may run on and whether the CPU fuse
 multiply-adds.  Everything comes from the CPU's reported features (LLVM's
 ``get_host_cpu_features``), the kernel's cache description
 (``/sys/devices/system/cpu/cpu0/cache/index*``, else ``os.sysconf``) and the process's CPU
-affinity; nothing depends on a CPU model name, so a schedule that reads this description is
-a pure function of the loop IR and these numbers.
+affinity (under a hypervisor, the L3 a guest can count on: :func:`l3_share`); nothing
+depends on a CPU model name, so a schedule that reads this description is a pure function
+of the loop IR and these numbers.
 
 Vector width.  AVX-512 hosts have 512-bit registers, but LLVM's x86 tuning for recent Intel
 cores prefers 256-bit vectors unless told otherwise (the ``prefer-256-bit`` tuning flag): we
@@ -36,7 +37,7 @@ class Host:
     cores: int  # CPUs this process may run on
     l1d: int  # bytes of level-1 data cache (per core)
     l2: int  # bytes of level-2 cache
-    l3: int  # bytes of level-3 cache (0 when none)
+    l3: int  # bytes of level-3 cache this process can count on (0 when none; :func:`l3_share`)
     features: str = ""  # LLVM's feature string ("+avx2,+fma,...")
 
     def lanes(self, dtype_bytes: int = 4) -> int:
@@ -98,6 +99,39 @@ def _cache_sizes() -> tuple[int, int, int]:
     return out[0], out[1], out[2]
 
 
+#: the most level-3 cache a core of a virtual machine counts on, in multiples of its L2: the
+#: largest ratio of per-core L3 to per-core L2 among server x86 parts that share their L3
+#: (Intel Xeon 1-2.5x, AMD EPYC 4-8x; the stacked-cache parts apart)
+L3_PER_L2 = 8
+
+
+def l3_share(l3: int, l2: int, cores: int, virtual: bool) -> int:
+    """The level-3 cache a process on ``cores`` CPUs can count on, of the ``l3`` bytes
+    reported.  A virtual machine's CPUs may report the whole socket's L3, shared with
+    other guests' cores that the guest cannot see (one such guest, 2 vCPUs of an Intel
+    Xeon, reports 480 MiB, 16 ways of 491520 sets, shared by its 2 CPUs; a 64 MiB output
+    written with plain stores ran at DRAM speed there, 2.3x slower than streamed, and the
+    crossover lay between 32 and 40 MiB): under a hypervisor the share is capped at
+    :data:`L3_PER_L2` times the L2 of each of the process's cores.  On bare metal the whole
+    L3 as reported."""
+    if not virtual or l3 <= 0 or l2 <= 0:
+        return l3
+    return min(l3, L3_PER_L2 * l2 * max(1, cores))
+
+
+def under_hypervisor() -> bool:
+    """Whether the CPU reports that it runs under a hypervisor (the ``hypervisor`` flag of
+    ``/proc/cpuinfo``; False where that file is missing)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "hypervisor" in line.split()
+    except OSError:
+        pass
+    return False
+
+
 def parse_size(text: str) -> int:
     """Bytes of a sysfs cache size such as ``48K``, ``2048K``, ``300M`` or ``1024``."""
     t = text.strip().upper()
@@ -118,8 +152,9 @@ def from_features(features: str) -> Host:
     ``features`` (an LLVM feature string): a host with another instruction set."""
     l1d, l2, l3 = _cache_sizes()
     on = {f[1:] for f in features.split(",") if f.startswith("+")}
-    return Host(vector_bits_of(features), "fma" in on or "fma4" in on, cpu_count(), l1d, l2,
-                l3, features)
+    cores = cpu_count()
+    return Host(vector_bits_of(features), "fma" in on or "fma4" in on, cores, l1d, l2,
+                l3_share(l3, l2, cores, under_hypervisor()), features)
 
 
 #: where :func:`describe` reads the CPU's LLVM feature string when set (:func:`set_feature_source`)

@@ -56,8 +56,9 @@ class Streaming:
 
 
 def streaming(host: Host) -> Streaming | None:
-    """The streaming rule for ``host``: outputs larger than its last-level cache (the L3, else
-    the L2), in its widest vectors; None off x86 or when the caches are unknown."""
+    """The streaming rule for ``host``: outputs larger than its last-level cache (the L3 it
+    counts on, :func:`tecomp.host.l3_share`, else the L2), in its widest vectors; None off x86
+    or when the caches are unknown."""
     llc = host.l3 or host.l2
     if not STREAM or "+sse2" not in host.features.split(",") or llc <= 0:
         return None

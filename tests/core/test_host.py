@@ -38,3 +38,17 @@ def test_cache_sizes_and_this_machine():
     host = H.describe()
     assert host.cores >= 1 and host.l1d > 0 and host.l2 >= host.l1d
     assert host.vector_bits == H.vector_bits_of(host.features)
+
+
+def test_a_virtual_machine_counts_on_a_share_of_the_l3():
+    mib = 1 << 20
+    # bare metal: the L3 as reported, however large
+    assert H.l3_share(480 * mib, 2 * mib, 2, virtual=False) == 480 * mib
+    # a guest's two CPUs of a socket reported whole: L3_PER_L2 times each core's L2
+    assert H.l3_share(480 * mib, 2 * mib, 2, virtual=True) == 2 * H.L3_PER_L2 * 2 * mib
+    # a guest whose reported L3 is already smaller keeps it; no L3 stays none
+    assert H.l3_share(8 * mib, 2 * mib, 2, virtual=True) == 8 * mib
+    assert H.l3_share(0, 2 * mib, 2, virtual=True) == 0
+    host = H.describe()
+    reported = H._cache_sizes()[2]
+    assert host.l3 == H.l3_share(reported, host.l2, host.cores, H.under_hypervisor())
