@@ -85,7 +85,9 @@ def expr_vars(e: E.Expr) -> set[E.Var]:
 
 
 def rebuild_expr(e: E.Expr, new: tuple[E.Expr, ...]) -> E.Expr:
-    """``e`` with its children (:func:`tecomp.functor.children`) replaced by ``new``."""
+    """``e`` with its children (:func:`expr_children`) replaced by ``new``."""
+    if isinstance(e, BufferLoad):
+        return replace(e, indices=tuple(new))
     if isinstance(e, E.Select):
         return replace(e, cond=new[0], t=new[1], f=new[2])
     if isinstance(e, E.Cast):

@@ -492,3 +492,17 @@ def test_blocks_of_whole_tiles_have_no_tails(form):
         (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
         (got,) = run(blocked, arrays, constants=consts)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=f"{form} {n}x{m}")
+
+
+@pytest.mark.parametrize("rows,cols,blocks", [(256, 64, 8), (96, 40, 6)])
+def test_block_sums_of_one_input_take_register_tiles(rows, cols, blocks):
+    """``P[c, j] = sum_t H[c*s + t, j]``: the row operand ``H[c*s + t, j]`` is also the
+    column operand's load, so the packed row replaced a load inside the other's indices
+    (an internal error before ``rebuild_expr`` rebuilt buffer loads)."""
+    H = tc.placeholder((rows, cols), name="H", dtype="float64")
+    step = rows // blocks
+    t = tc.reduce_axis(step, name="t")
+    P = tc.compute((blocks, cols), lambda c, j: tc.sum(H[c * step + t, j], axis=t), name="P")
+    h = np.random.default_rng(rows).standard_normal((rows, cols))
+    np.testing.assert_allclose(tc.build(P, [H])(h), h.reshape(blocks, step, cols).sum(1),
+                               rtol=1e-12, atol=1e-12)
