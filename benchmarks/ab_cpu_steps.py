@@ -61,6 +61,10 @@
 * ``direct_inits``: a scatter's element-wise init (the zeros of a gather's gradient)
   computed straight into the scatter's buffer (``lower.DIRECT_INITS``; off: into a
   temporary, then copied).
+* ``row_chunks``: a column sum (a stage whose only data axis is the sum's innermost loop: a
+  bias's or a layer norm's shift's gradient) as one partial sum a core over contiguous rows,
+  a parallel loop, then combined (``sum_order.COLUMN_CHUNKS``; off: one serial nest). Only
+  on more than one core (``--threads 2``).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
                                       [--programs NAME,...]
@@ -100,6 +104,7 @@ from tecomp.passes.schedule.cpu import (  # noqa: E402
     gemm_dot,
     microkernel,
     row_groups,
+    sum_order,
     tile,
     vector_sums,
 )
@@ -148,6 +153,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
         "backend_unroll": patch([(microkernel, "UNROLL_IN_BACKEND", False)]),
         "backend_digits": patch([(digits, "UNROLL_IN_BACKEND", False)]),
+        "row_chunks": patch([(sum_order, "COLUMN_CHUNKS", False)]),
     }
 
 
@@ -212,7 +218,17 @@ def programs():
              "backend_unroll")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs",
-                               "aligned_heap", "backend_unroll")
+                               "aligned_heap", "backend_unroll", "row_chunks")
+    X, g, b = (tc.placeholder((2048, 768), name="X"), tc.placeholder((768,), name="g"),
+               tc.placeholder((768,), name="b"))
+    Y = tc.ops.layer_norm(X, g, b)
+    H = tc.placeholder(Y.shape, name="H")
+    yield "layer norm 2048x768 grad", list(tc.gradient(Y, [X, g, b], head=H)), [X, g, b, H], \
+        ("row_chunks",)
+    S = tc.placeholder((8192, 768), name="S")
+    t = tc.reduce_axis(8192, name="t")
+    yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),
+                                             name="Y")], [S], ("row_chunks",)
     for n, dtype in ((256, "float64"), (1024, "float64"), (4096, "float64"), (4096, "float32"),
                      (1024, "float32"), (2048, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)

@@ -112,8 +112,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .unguard import reguard, unguard_sums
     from .vector_sums import vector_sums
 
-    func = drop_unit_loops(order_sums(func))  # the order reads lowering's own nests
     host = describe() if host is None else host
+    func = drop_unit_loops(order_sums(func, host))  # the order reads lowering's own nests
     if strided:
         func = unit_stride(func, host)
     if gemm:
