@@ -65,8 +65,12 @@
   bias's or a layer norm's shift's gradient) as one partial sum a core over contiguous rows,
   a parallel loop, then combined (``sum_order.COLUMN_CHUNKS``; off: one serial nest). Only
   on more than one core (``--threads 2``).
+* ``slots``: a column-blocked chain's intermediates indexed by the slot of the thread that
+  runs a chunk, one set a running thread (``column_blocks.SLOTS``; off: one set a chunk, which
+  a call on fewer threads than chunks walks through in turn). Only where the kernel is
+  compiled for more cores than a call uses: ``--unpinned --threads 1``.
 
-    python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--only STEP,...]
+    python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--unpinned] [--only STEP,...]
                                       [--programs NAME,...]
 
 Each program is built once per variant (in-process kernel cache cleared, persistent cache
@@ -154,6 +158,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "backend_unroll": patch([(microkernel, "UNROLL_IN_BACKEND", False)]),
         "backend_digits": patch([(digits, "UNROLL_IN_BACKEND", False)]),
         "row_chunks": patch([(sum_order, "COLUMN_CHUNKS", False)]),
+        "slots": patch([(column_blocks, "SLOTS", False)]),
     }
 
 
@@ -229,13 +234,13 @@ def programs():
     t = tc.reduce_axis(8192, name="t")
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),
                                              name="Y")], [S], ("row_chunks",)
-    for n, dtype in ((256, "float64"), (1024, "float64"), (4096, "float64"), (4096, "float32"),
-                     (1024, "float32"), (2048, "float32")):
+    for n, dtype in ((256, "float64"), (512, "float64"), (1024, "float64"), (4096, "float64"),
+                     (4096, "float32"), (512, "float32"), (1024, "float32"), (2048, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
-                 "fit_l2")
+                 "fit_l2", "slots")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
@@ -282,12 +287,15 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--unpinned", action="store_true", help="with --threads 1: compile for "
+                    "every core the process may use, call on one thread (default: the process "
+                    "pinned to one core, so kernels are compiled for one)")
     ap.add_argument("--only", default="", help="comma-separated steps: programs measured "
                     "against one of them, and only those variants")
     ap.add_argument("--programs", default="", help="comma-separated substrings of the "
                     "programs' names (default: all)")
     args = ap.parse_args(argv)
-    if args.threads == 1 and hasattr(os, "sched_setaffinity"):
+    if args.threads == 1 and not args.unpinned and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     from tecomp.host import describe
 
@@ -297,8 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, outs, ins, steps in programs():
         if args.programs and not any(p in name for p in args.programs.split(",")):
             continue
-        if args.threads == 1:  # the column split is never taken on one core
-            steps = tuple(s for s in steps if s != "column_split")
+        if args.threads == 1 and not args.unpinned:  # never taken on one core
+            steps = tuple(s for s in steps if s not in ("column_split", "slots"))
         if args.only:
             steps = tuple(s for s in steps if s in args.only.split(","))
             if not steps:

@@ -80,6 +80,7 @@ class _Printer(StmtVisitor):
         head = "for" if s.kind == "serial" else f"{s.kind} for"
         step = "" if s.step == 1 else f", step {s.step}"
         step += "" if s.unroll == 1 else f", unroll {s.unroll}"
+        step += "" if s.slot is None else f", slot {s.slot.name}"
         lo, hi = format_expr(fold_offsets(s.lo)), format_expr(fold_offsets(s.hi))
         self.block(f"{head} ({s.var.name}, {lo}, {hi}{step})", s.body)
 

@@ -198,6 +198,13 @@ class StmtEmitter(ExprEmitter):
         vt = T.reg_type(s.var.dtype)
         lo = self._bound(lo_e, s.var.dtype)
         hi = self._bound(hi_e, s.var.dtype)
+        if s.slot is not None:  # this run of the loop starts at ``lo`` (loopir: ``slot``)
+            with _Bound(self.env, s.slot, lo):
+                self._loop(s, lo, hi, stream, vt)
+            return
+        self._loop(s, lo, hi, stream, vt)
+
+    def _loop(self, s: For, lo: ir.Value, hi: ir.Value, stream: bool, vt: ir.Type) -> None:
         if stream and self.stream is not None and s.var.dtype == "int64":
             from .stream import emit_streamed, streams
 

@@ -65,8 +65,11 @@ _MATH: dict[str, Callable[..., Any]] = {
 
 
 class Interpreter:
-    def __init__(self) -> None:
+    def __init__(self, parts_of_one: bool = False) -> None:
         self.bufs: dict[str, np.ndarray] = {}
+        #: a parallel loop's ``slot`` (loopir): ``lo`` for all iterations (one thread runs the
+        #: loop), or each iteration's own value (each runs as a part of its own)
+        self.parts_of_one = parts_of_one
         self._code: dict[E.Expr, Callable[[Env], Any]] = {}
 
     # ---------------------------------------------------------------- expressions
@@ -173,8 +176,12 @@ class Interpreter:
             assert s.step >= 1
             for v in range(lo, hi, s.step):
                 env[name] = v
+                if s.slot is not None:  # one part for the whole loop, or one an iteration
+                    env[s.slot.name] = v if self.parts_of_one else lo
                 self.run(s.body, env)
             env.pop(name, None)
+            if s.slot is not None:
+                env.pop(s.slot.name, None)
         elif isinstance(s, Store):
             arr = self.array(s.buffer)
             ix = tuple(int(self.compile(i)(env)) for i in s.indices)
@@ -209,9 +216,11 @@ class Interpreter:
 
 def run(func: LoweredFunc, arrays: Sequence[np.ndarray],
         scalars: Mapping[Any, int] | None = None,
-        constants: Mapping[Buffer, np.ndarray] | None = None) -> list[np.ndarray]:
-    """Execute ``func``: ``arrays`` for its input buffers (constants from ``constants``)."""
-    it = Interpreter()
+        constants: Mapping[Buffer, np.ndarray] | None = None,
+        parts_of_one: bool = False) -> list[np.ndarray]:
+    """Execute ``func``: ``arrays`` for its input buffers (constants from ``constants``);
+    ``parts_of_one``: each iteration of a parallel loop with a slot as a part of its own."""
+    it = Interpreter(parts_of_one)
     env: Env = {}
     for k, v in (scalars or {}).items():
         env[k.name if isinstance(k, E.Var) else k] = int(v)

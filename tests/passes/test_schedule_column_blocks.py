@@ -50,10 +50,13 @@ def _dct(n, batch, dtype="float64"):
 
 
 def _same_when_interpreted(func, blocked, constants, arrays):
+    """Equal results with the chunk loop run as one part (every chunk in one slot) and as a
+    part a chunk (a slot each, as threads that run at once)."""
     want = run(func, arrays, constants=constants)
-    got = run(blocked, arrays, constants=constants)
-    for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
+    for parts_of_one in (False, True):
+        got = run(blocked, arrays, constants=constants, parts_of_one=parts_of_one)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
 
 
 def test_dct_chain_runs_block_by_block_in_lanes():
@@ -72,8 +75,22 @@ def test_dct_chain_runs_block_by_block_in_lanes():
     assert temps and all(int(b.shape[0].value) == 2 and int(b.shape[-1].value) == 8
                          for b in temps)
     assert [tuple(int(d) for d in b.shape) for b in temps if b.name == "X_cols"] == [(2, 64, 8)]
+    # the intermediates are indexed by the slot of the part a thread runs, not by the chunk
+    assert top.slot is not None and top.slot != top.var
+    stores = [s for s in walk_stmt(top) if isinstance(s, Store) and s.buffer in temps]
+    assert stores and all(s.indices[0] == top.slot for s in stores)
     x = np.random.default_rng(0).standard_normal((64, 32))
     _same_when_interpreted(func, blocked, constants, [x])
+    column_blocks.SLOTS = False
+    try:
+        by_chunk = block_columns(func, SMALL)
+    finally:
+        column_blocks.SLOTS = True
+    top = _top(by_chunk)
+    chunked = {s.buffer for s in walk_stmt(by_chunk.body) if isinstance(s, Allocate)}
+    stores = [s for s in walk_stmt(top) if isinstance(s, Store) and s.buffer in chunked]
+    assert top.slot is None and stores and all(s.indices[0] == top.var for s in stores)
+    _same_when_interpreted(func, by_chunk, constants, [x])
 
 
 def test_block_narrows_to_one_vector_where_two_would_not_fit_half_of_l2(monkeypatch):
@@ -152,10 +169,12 @@ def test_blocked_dct_compiles_to_scipy_values(n, dtype):
     assert _loops(scheduled, "lanes")
     kernel = compiled(scheduled)
     x = np.random.default_rng(2).standard_normal((n, 64)).astype(dtype)
-    got = kernel(x, *[constants[b] for b in scheduled.inputs[1:]])
     want = scipy.fft.dct(x.astype(np.float64), 2, norm="ortho", axis=0)
     tol = 1e-12 if dtype == "float64" else 2e-5
-    np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
+    for threads in (1, 2):  # one slot for both chunks, or a slot a thread
+        kernel.threads = threads
+        got = kernel(x, *[constants[b] for b in scheduled.inputs[1:]])
+        np.testing.assert_allclose(got, want, atol=tol * np.abs(want).max())
 
 
 def _chain(read):

@@ -26,9 +26,16 @@ vectors at a time)::
 
 The blocks are dealt to ``T`` chunks (the host's cores, at most one a block), the parallel
 loop; each chunk runs its blocks one after another and keeps one block's part of every
-intermediate, laid out with the chunk first (``(T, ..., B)``): a block's part of a stage is
+intermediate, laid out with a slot first (``(T, ..., B)``): a block's part of a stage is
 contiguous, rows ``B`` elements long rather than ``N`` elements apart (rows a power of two
-apart would share a few cache sets), and the next block rewrites the same memory.  ``B`` is
+apart would share a few cache sets), and the next block rewrites the same memory.  The slot
+is the parallel loop's ``slot`` (:class:`tecomp.loopir.For`: the first chunk of the part one
+thread runs), not the chunk: threads that run at the same time write different slots, and a
+call on fewer threads than chunks reuses one slot's memory for each thread's chunks instead
+of walking through ``T`` sets (``SLOTS``; a kernel compiled for two cores and called on one
+thread, ``python -m benchmarks.ab_cpu_steps --only slots --unpinned``, an Intel Xeon with
+AVX-512: the DCT-II at 1024x128 float32 1.19x faster, its gradient 1.23x, at 512 points
+1.10-1.20x, 4096 points 1.00-1.01x; on two threads unchanged, 0.99-1.01x).  ``B`` is
 the widest multiple of the host's vector width, up to :data:`VECTORS` vectors, that divides
 ``N`` into two blocks or more: a stage computes each row from ``c`` rows of the one before with
 ``c`` factor values and addresses a row, which two vectors a row pay back (one vector a row
@@ -88,6 +95,11 @@ VECTORS = 2
 #: copy each block's columns of an input read in a scattered row order first (False: read
 #: them where they lie; an A/B switch)
 PACK = True
+
+#: index each chunk's intermediates by the slot of the thread that runs it (``For.slot``: one
+#: set a running thread, a serial call reusing one set for all chunks) rather than by the
+#: chunk (one set a chunk; an A/B switch)
+SLOTS = True
 
 #: a fixed block width instead of the rule above (the A/B tools' override; None: the rule)
 WIDTH: int | None = None
@@ -220,6 +232,10 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     t = E.Var(fresh_name("nt", names), "int64")
     nb = E.Var(fresh_name("nb", names), "int64")
     names.update((t.name, nb.name))
+    # the part of the chunk loop one thread runs indexes its intermediates by its slot (the
+    # first chunk it runs): one set a running thread, one for every chunk of a serial call
+    slot = E.Var(fresh_name("ns", names), "int64") if SLOTS and chunks > 1 else t
+    names.add(slot.name)
     for b in temps:
         shape = (E.Const(chunks, "int64"), *b.shape[:-1], E.Const(width, "int64"))
         reshaped[b] = Buffer(b.name, shape, b.dtype, b.scope)
@@ -230,12 +246,12 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
               if _elements(b) * _ELEM.get(b.dtype, 8) > host.l2}
     allocs.extend(packed.values())
     views = {**reshaped, **packed}
-    body = [_Columns(inner.var, t, start, views, width).visit(s)
+    body = [_Columns(inner.var, slot, start, views, width).visit(s)
             for s, (inner, _) in zip(run, nests)]
     cut: dict[Buffer, Buffer] = {}
     if largest * width > half_l2:
         body, cut = group_rows(body, {reshaped[b] for b in temps}, names)
-    body = [_pack(b, new, t, start, width, names) for b, new in packed.items()] + body
+    body = [_pack(b, new, slot, start, width, names) for b, new in packed.items()] + body
     body, dropped = forward_copies(body, {cut.get(reshaped[b], reshaped[b]) for b in temps})
     for b in temps:
         reshaped[b] = cut.get(reshaped[b], reshaped[b])
@@ -244,7 +260,8 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     per = blocks // chunks
     first = E.Mul(t, E.Const(per, "int64"), "int64")
     inner_loop = For(nb, first, E.Add(first, E.Const(per, "int64"), "int64"), Seq(tuple(body)))
-    return For(t, E.Const(0, "int64"), E.Const(chunks, "int64"), inner_loop, kind="parallel")
+    return For(t, E.Const(0, "int64"), E.Const(chunks, "int64"), inner_loop, kind="parallel",
+               slot=None if slot is t else slot)
 
 
 def _scattered_inputs(touched: list, stored: set[Buffer], N: int) -> list[Buffer]:
@@ -269,7 +286,7 @@ def _scattered_inputs(touched: list, stored: set[Buffer], N: int) -> list[Buffer
     return [b for b, scattered in rows.items() if scattered]
 
 
-def _pack(buf: Buffer, new: Buffer, t: E.Var, start: E.Expr, width: int,
+def _pack(buf: Buffer, new: Buffer, t: E.Expr, start: E.Expr, width: int,
           names: set[str]) -> Stmt:
     """``new[t, r..., n] = buf[r..., start + n]`` over every row, the columns in lanes."""
     n = E.Var(fresh_name("nc", names), "int64")
