@@ -228,3 +228,21 @@ def test_dct_without_structural_zeros_is_the_same_transform(rng, kind, n):
     with pytest.raises(tc.TecompError, match="terms needs unroll"):
         tc.ops.butterfly_chain(X, [(1, n, n, 1)], [tc.placeholder((1, n, n, 1), name="T")],
                                terms=[None])
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_staged_last_factor_keeps_its_buffer(rng, keep, monkeypatch):
+    """At 2048 points the output end is a pair of factors, 8 terms: small enough that the
+    inliner would compute them in the copy's row order (each input row re-read by the 4
+    outputs it feeds); the staged stage keeps its buffer (``KEEP_STAGED``)."""
+    from tecomp.loopir import Allocate
+    from tecomp.ops import butterfly
+    from tecomp.stmt_functor import walk_stmt
+
+    monkeypatch.setattr(butterfly, "KEEP_STAGED", keep)
+    X = tc.placeholder((2048, 3), name="X", dtype=F64)
+    k = tc.build(tc.ops.dct(X), [X])
+    temps = [s.buffer.name for s in walk_stmt(k.ir.body) if isinstance(s, Allocate)]
+    assert any(t.endswith("_staged") for t in temps) == keep
+    x = rng.standard_normal((2048, 3))
+    assert np.max(np.abs(k(x) - sfft.dct(x, 2, norm="ortho", axis=0))) <= 1e-12
