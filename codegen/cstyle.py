@@ -383,11 +383,16 @@ class CStyleRenderer:
             raise CompileError(f"render: loop {s.var.name} has step {s.step} < 1")
         inc = f"++{v}" if s.step == 1 else f"{v} += {s.step}"
         out = []
+        if s.slot is not None:  # rendered as one run of the whole loop: its slot is ``lo``
+            out.append(f"{p}{{")
+            out.append(f"{p}const {self.reg_type(s.slot.dtype)} {self.var(s.slot)} = {lo};")
         if s.kind == "unrolled" and self.unroll_pragma():
             out.append(p + self.unroll_pragma())
         out.append(f"{p}for ({t} {v} = {lo}; {v} < {hi}; {inc}) {{")
         out += self.render_stmt(s.body, depth + 1)
         out.append(p + "}")
+        if s.slot is not None:
+            out.append(p + "}")
         return out
 
     def stmt_Store(self, s: Store, depth: int) -> list[str]:

@@ -266,3 +266,28 @@ print(json.dumps({"workers": workers,
     assert all(h in cpus for h in homes)
     assert len(set(homes)) == len(homes)
     assert got["caller"] != str(homes[0])
+
+
+def test_a_parallel_loops_slot_is_the_first_iteration_of_each_part():
+    """``For.slot``: each outlined call's first iteration (a chunk a call: ``min(4 threads,
+    trips)`` chunks); the whole loop's ``lo`` when one thread runs it, threaded or not; the
+    printer and the C renderer show it."""
+    from tecomp.codegen.cstyle import CStyleRenderer
+
+    s = E.Var("s")
+    y = Buffer("Y", (n,), "int64", "output")
+    loop = For(i, E.Const(2, "int64"), n, Store(y, (i,), s), kind="parallel", slot=s)
+    body = Seq((For(j, ZERO, n, Store(y, (j,), E.Const(-1, "int64"))), loop))
+    assert "parallel for (i, 2, n, slot s)" in str(body)
+    kern = build_kernel(LoweredFunc("slots", (), (y,), (n,), body))
+    serial = build_kernel(LoweredFunc("slots", (), (y,), (n,), body), threads=False)
+    kern.threads = 1
+    assert kern(6).tolist() == [-1, -1, 2, 2, 2, 2]
+    assert serial(6).tolist() == [-1, -1, 2, 2, 2, 2]
+    kern.threads = 2  # 4 trips, 4 chunks: one call each, wherever it runs
+    assert kern(6).tolist() == [-1, -1, 2, 3, 4, 5]
+    kern.threads = 2  # 16 trips, 8 chunks of two
+    assert kern(18).tolist() == [-1, -1] + [2 + 2 * (q // 2) for q in range(16)]
+    text = CStyleRenderer().render_stmt(loop)
+    assert text[:3] == ["{", "const long long s = 2LL;", "for (long long i = 2LL; i < n; ++i) {"]
+    assert text[-1] == "}"
