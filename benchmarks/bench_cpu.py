@@ -70,10 +70,10 @@ def cpu_model() -> str:
 def machine() -> str:
     import llvmlite.binding as llvm
 
-    from tecomp.host import _cache_sizes, describe
+    from tecomp.host import describe, reported_caches
 
     h = describe()
-    reported = _cache_sizes()[2]
+    reported = reported_caches()[2]
     l3 = f"L3 {h.l3 >> 20} MiB" + (
         f" (of {reported >> 20} MiB reported: a virtual machine's share)" if reported != h.l3
         else "")

@@ -73,8 +73,9 @@ def with_vector_bits(host: Host, bits: int) -> Host:
     return replace(host, vector_bits=min(bits, vector_bits_of(host.features)))
 
 
-def _cache_sizes() -> tuple[int, int, int]:
-    """(L1 data, L2, L3) bytes from sysfs, else sysconf, else :data:`DEFAULT_CACHES`."""
+def reported_caches() -> tuple[int, int, int]:
+    """(L1 data, L2, L3) bytes as reported: sysfs, else sysconf, else :data:`DEFAULT_CACHES`
+    (the L3 before :func:`l3_share`)."""
     found: dict[int, int] = {}
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     try:
@@ -150,7 +151,7 @@ def cpu_count() -> int:
 def from_features(features: str) -> Host:
     """The description of this machine's caches and cores with the CPU features
     ``features`` (an LLVM feature string): a host with another instruction set."""
-    l1d, l2, l3 = _cache_sizes()
+    l1d, l2, l3 = reported_caches()
     on = {f[1:] for f in features.split(",") if f.startswith("+")}
     cores = cpu_count()
     return Host(vector_bits_of(features), "fma" in on or "fma4" in on, cores, l1d, l2,

@@ -50,5 +50,5 @@ def test_a_virtual_machine_counts_on_a_share_of_the_l3():
     assert H.l3_share(8 * mib, 2 * mib, 2, virtual=True) == 8 * mib
     assert H.l3_share(0, 2 * mib, 2, virtual=True) == 0
     host = H.describe()
-    reported = H._cache_sizes()[2]
+    reported = H.reported_caches()[2]
     assert host.l3 == H.l3_share(reported, host.l2, host.cores, H.under_hypervisor())
