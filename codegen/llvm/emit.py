@@ -199,7 +199,7 @@ class StmtEmitter(ExprEmitter):
         lo = self._bound(lo_e, s.var.dtype)
         hi = self._bound(hi_e, s.var.dtype)
         if s.slot is not None:  # this run of the loop starts at ``lo`` (loopir: ``slot``)
-            with _Bound(self.env, s.slot, lo):
+            with _Bound(self.env, s.slot, T.convert(self.b, lo, s.var.dtype, s.slot.dtype)):
                 self._loop(s, lo, hi, stream, vt)
             return
         self._loop(s, lo, hi, stream, vt)
