@@ -69,6 +69,8 @@
   runs a chunk, one set a running thread (``column_blocks.SLOTS``; off: one set a chunk, which
   a call on fewer threads than chunks walks through in turn). Only where the kernel is
   compiled for more cores than a call uses: ``--unpinned --threads 1``.
+* ``keep_staged``: the DCT's staged last factor keeps its buffer (``butterfly.KEEP_STAGED``;
+  off: the inliner may compute it in the copy's row order, as it did at 2048 points).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--unpinned] [--only STEP,...]
                                       [--programs NAME,...]
@@ -159,6 +161,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "backend_digits": patch([(digits, "UNROLL_IN_BACKEND", False)]),
         "row_chunks": patch([(sum_order, "COLUMN_CHUNKS", False)]),
         "slots": patch([(column_blocks, "SLOTS", False)]),
+        "keep_staged": patch([(butterfly, "KEEP_STAGED", False)]),
     }
 
 
@@ -234,13 +237,14 @@ def programs():
     t = tc.reduce_axis(8192, name="t")
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),
                                              name="Y")], [S], ("row_chunks",)
-    for n, dtype in ((256, "float64"), (512, "float64"), (1024, "float64"), (4096, "float64"),
-                     (4096, "float32"), (512, "float32"), (1024, "float32"), (2048, "float32")):
+    for n, dtype in ((256, "float64"), (512, "float64"), (1024, "float64"), (2048, "float64"),
+                     (4096, "float64"), (4096, "float32"), (512, "float32"), (1024, "float32"),
+                     (2048, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
-                 "fit_l2", "slots")
+                 "fit_l2", "slots", "keep_staged")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \

@@ -236,8 +236,9 @@ def butterfly_chain(X: Tensor, patterns: Sequence[Sequence[int]],
     stage keeps its buffer (``attrs["keep_buffer"]``, :data:`KEEP_STAGED`): a stage of few
     terms (the DCT's at 2048 points: a pair of factors, 8 terms) was small enough for the
     inliner, which computed it in the copy's order after all (one Intel Xeon core, batch 128,
-    2048 points: float32 0.71 -> 0.68 ms, float64 1.54 -> 1.47 ms; gradients unchanged); the CPU
-    schedule then forwards the copy into the stage's stores (``copy_forward``).
+    2048 points, ``python -m benchmarks.ab_cpu_steps --only keep_staged``: float32 0.68 ->
+    0.61 ms, float64 1.57 -> 1.52 ms; gradients 0.98-1.04x); the CPU schedule then forwards
+    the copy into the stage's stores (``copy_forward``).
 
     ``terms`` (with ``unroll``; one entry per factor, ``None`` for all ``c`` terms) writes out
     only the terms :func:`sparse_terms` found in a constant factor: the products with its
