@@ -68,7 +68,9 @@ def test_chain_cost_is_exact(n):
     cost = tc.cost([tc.ops.dct(X, fuse=1, sparse=False)], [X])
     outputs = sum(a * b * d for a, b, _, d in patterns)
     assert cost.flops == (2 * 8 * n * (L - 1) - outputs) * 128
-    assert cost.iterations == outputs * 128
+    # from n = 1024 the last factor is staged (a buffer of its own, butterfly.KEEP_STAGED) and
+    # copied into row order: n more iterations a column before the CPU schedule forwards it
+    assert cost.iterations == (outputs + (n if n >= 1024 else 0)) * 128
     fp, _ = fuse_chain(patterns, factors, best_grouping(patterns, 2))
     fused = tc.cost([tc.ops.dct(X, fuse=2, sparse=False)], [X])
     fused_outputs = sum(a * b * d for a, b, _, d in fp)
