@@ -14,13 +14,13 @@ Conventions every pass and backend relies on:
   ``unroll`` iterations of the body in each trip of the loop it emits, the remaining
   iterations apart (the CPU schedule sets it on a register tile's reduction loop and on a
   window's innermost digit steps; the LLVM backend hands it to LLVM's unroller, which makes
-  the copies).  Neither hint changes
-  what the loop computes or the order of its iterations.  ``slot`` (default None), on a
-  ``"parallel"`` loop, is a variable the body may read that holds the loop variable's value
-  at the first iteration of the part of the loop one thread runs (``lo`` when one thread runs
-  it all): parts that run at the same time have different slots, so a buffer indexed by the
-  slot gives each running part its own memory, and one thread reuses one slot's memory for
-  every iteration (the CPU schedule's per-thread intermediates of column blocks).
+  the copies).  Neither hint changes what the loop computes or the order of its iterations.
+  ``slot`` (default None), on a ``"parallel"`` loop, is a variable the body may read that
+  holds the loop variable's value at the first iteration of the part of the loop one thread
+  runs (``lo`` when one thread runs it all): parts that run at the same time have different
+  slots, so a buffer indexed by the slot gives each running part its own memory, and one
+  thread reuses one slot's memory for every iteration (the CPU schedule's per-thread
+  intermediates of column blocks).
 * Buffers are dense and row-major; ``BufferLoad``/``Store`` index them with one expression per
   dimension.  ``Store(..., reduce="sum")`` means ``buf[idx] = buf[idx] + value`` (other
   combiners: ``"prod"``, ``"max"``, ``"min"``); parallel backends must make it atomic or prove

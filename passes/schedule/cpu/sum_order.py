@@ -174,9 +174,6 @@ class _Order(StmtMutator):
         host = self.host
         if host is None or not COLUMN_CHUNKS or host.cores < 2:
             return stmt
-        if not (isinstance(stmt, Seq) and len(stmt.stmts) == 2 and isinstance(j.lo, E.Const)
-                and isinstance(j.hi, E.Const)):
-            return stmt
         out = _row_chunks(stmt, j, buf, host.cores, self.ctx)
         return stmt if out is None else out
 
@@ -251,11 +248,14 @@ def _plain_sum(s: For) -> tuple[list[For], Buffer, _Reduction, Buffer, E.Expr | 
     return loops, acc, red, buf, post
 
 
-def _row_chunks(stmt: Seq, j: For, buf: Buffer, chunks: int, names: Context) -> Stmt | None:
+def _row_chunks(stmt: Stmt, j: For, buf: Buffer, chunks: int, ctx: Context) -> Stmt | None:
     """``stmt`` (``init; for (k, lo, hi) {..{ for j: buf[j] op= v }}}``) as ``chunks`` partial
     reductions over contiguous ranges of ``k``, a parallel loop, then their combination
-    (module docstring); None unless ``stmt`` has that form, ``k``'s bounds constant and at
-    least :data:`ROWS_A_CHUNK` iterations a chunk."""
+    (module docstring); None unless ``stmt`` has that form, ``j``'s and ``k``'s bounds
+    constant and at least :data:`ROWS_A_CHUNK` iterations a chunk."""
+    if not (isinstance(stmt, Seq) and len(stmt.stmts) == 2 and isinstance(j.lo, E.Const)
+            and isinstance(j.hi, E.Const)):
+        return None
     init, nest = stmt.stmts
     if not (isinstance(init, For) and init.var == j.var and isinstance(nest, For)
             and isinstance(nest.lo, E.Const) and isinstance(nest.hi, E.Const)):
@@ -268,8 +268,8 @@ def _row_chunks(stmt: Seq, j: For, buf: Buffer, chunks: int, names: Context) -> 
         return None
     i64 = lambda v: E.Const(v, "int64")  # noqa: E731
     n = int(j.hi.value) - int(j.lo.value)
-    part = Buffer(names.fresh(f"{buf.name}_part"), (i64(chunks), i64(n)), buf.dtype, "temp")
-    c = E.Var(names.fresh("c"), "int64")
+    part = Buffer(ctx.fresh(f"{buf.name}_part"), (i64(chunks), i64(n)), buf.dtype, "temp")
+    c = E.Var(ctx.fresh("c"), "int64")
     start = E.add(i64(klo), E.floordiv(E.mul(c, i64(khi - klo)), i64(chunks)))
     stop = E.add(i64(klo), E.floordiv(E.mul(E.add(c, i64(1)), i64(khi - klo)), i64(chunks)))
     into = _Into(buf, part, c, j)
