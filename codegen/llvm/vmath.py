@@ -40,8 +40,10 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   ``erf(x)/x - 1`` in ``x^2`` (degree 6 for float, 11 for double; the leading ``x`` is exact,
   so tiny and subnormal inputs come out as ``x * 2/sqrt(pi)`` rounded once).  Beyond, ``u``
   maps ``|x|`` linearly onto [-1, 1] up to ``top`` (3.9375 for float, 6 for double), past
-  which ``erf`` rounds to ``+-1``.  Float: ``sign(x) * P(u)`` with ``P`` a degree-14 fit of
-  ``erf`` itself (no ``exp``: GELU's erf form costs about what its tanh form does).  Double:
+  which ``erf`` rounds to ``+-1``.  Float: ``sign(x) * P(min(u, 1))`` with ``P`` a degree-14
+  fit of ``erf`` itself (no ``exp``: GELU's erf form costs about what its tanh form does;
+  ``P(1)`` evaluates to 1 exactly, so the clamp is the saturation, one constant and one
+  select fewer in the loop than a test against ``top``).  Double:
   ``sign(x) * (1 - exp(Q(u) - x^2))`` with ``Q`` a degree-24 fit of ``log(erfc(x)) + x^2``
   (about ``-log(x sqrt(pi))``: small and smooth); ``x^2`` enters as ``hi + lo`` (``lo =
   fma(x, x, -hi)``, taken as the factor ``1 - lo``), so its rounding does not reach the
@@ -300,10 +302,12 @@ def _erf(f: _B, x: ir.Value) -> ir.Value:
         x2lo = f.fma(ax, ax, b.fneg(x2))
         e = _exp_bounded(f, f.sub(f.horner(u, cf["tail"]), x2))
         big = f.sub(k.c(1.0), f.mul(e, f.sub(k.c(1.0), x2lo)))
-    else:  # erf itself, a polynomial in u
-        big = f.horner(u, cf["tail"])
-    # beyond top erf rounds to 1 (and u leaves the fitted range)
-    big = T.intrinsic(b, "copysign", [f.sel(f.gt(ax, k.c(top)), k.c(1.0), big), x])
+        # beyond top erf rounds to 1 (and u leaves the fitted range)
+        big = f.sel(f.gt(ax, k.c(top)), k.c(1.0), big)
+    else:  # erf itself, a polynomial in u, which stops at 1 (top), where P is 1 exactly
+        one = k.c(1.0)
+        big = f.horner(f.sel(f.gt(u, one), one, u), cf["tail"])
+    big = T.intrinsic(b, "copysign", [big, x])
     return f.sel(b.fcmp_unordered("<", ax, k.c(_ERF_SPLIT)), small, big)
 
 
