@@ -226,7 +226,9 @@ def test_loops_equal_up_to_names_share_one_body(rng):
                     reason="binds workers on Linux with two CPUs or more")
 def test_workers_are_bound_to_distinct_cpus_of_their_set():
     """A fresh process's workers each run on one CPU of the set they started with, distinct
-    while there are CPUs enough; the calling thread is left unbound (its set unchanged)."""
+    while there are CPUs enough, the first one on the CPU after the one its creator ran on
+    (never on the caller's own while there are others); the calling thread is left unbound
+    (its set unchanged)."""
     import json
     import subprocess
     import sys
@@ -241,7 +243,11 @@ k = tc.build(tc.compute((500, 40), lambda p, q: A[p, q] * 3.0, name="B"), [A])
 k.threads = len(os.sched_getaffinity(0))
 before = set(os.listdir("/proc/self/task"))
 a = np.ones((500, 40), np.float32)
+import ctypes
+getcpu = ctypes.CDLL(None).sched_getcpu
+cpu_before = getcpu()
 assert np.array_equal(k(a), a * 3)
+cpu_after = getcpu()
 def allowed(path):
     line = [x for x in open(path) if x.startswith("Cpus_allowed_list")][0]
     return line.split(":")[1].strip()
@@ -253,7 +259,7 @@ while True:                       # be after the call it was started for has ret
     if all(w.isdigit() for w in workers) or time.monotonic() > deadline:
         break
     time.sleep(0.01)
-print(json.dumps({"workers": workers,
+print(json.dumps({"workers": workers, "ran_on": [cpu_before, cpu_after],
                   "caller": allowed("/proc/self/status"),
                   "cpus": sorted(os.sched_getaffinity(0))}))
 """
@@ -266,6 +272,10 @@ print(json.dumps({"workers": workers,
     assert all(h in cpus for h in homes)
     assert len(set(homes)) == len(homes)
     assert got["caller"] != str(homes[0])
+    before, after = got["ran_on"]
+    if len(cpus) > 1 and before == after:  # the caller stayed on one CPU through the call
+        # that made the workers: the first is on the next CPU of the set, cyclically
+        assert homes[0] == cpus[(cpus.index(before) + 1) % len(cpus)], (homes, before)
 
 
 def test_a_parallel_loops_slot_is_the_first_iteration_of_each_part():
