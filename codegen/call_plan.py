@@ -41,11 +41,17 @@ class ThreadTrial:
     """Serial or threaded, decided by timing: for work between ``ADAPT_MIN_BYTES`` and
     ``PARALLEL_MIN_BYTES`` (where the static estimate cannot tell: on the benchmark machine a
     4 MiB row maximum gained from threads and a 4.7 MiB stride-2 convolution lost), the
-    first calls run one way, then the other: each way :data:`WARMUP_PAIRS` calls untimed
-    (caches and the worker threads warm up: the first calls after a pause took 4-8x longer on
-    the benchmark machine), then :data:`TRIALS` timed calls, and the faster median wins for
-    the plan's life.  Results do not depend on the choice: every element is computed by the
-    same code either way.
+    first calls run one way, then the other: each way untimed calls first, at least
+    :data:`WARMUP_PAIRS` of them and :data:`WARM_S` seconds (caches and the worker threads
+    warm up), then :data:`TRIALS` timed calls, and the faster median wins for the plan's
+    life.  Results do not depend on the choice: every element is computed by the same code
+    either way.
+
+    The warm-up is timed, not counted: the threaded calls after the serial block find the
+    workers asleep, and on a virtual machine their CPU takes a while to come back to speed (a
+    256x256 softmax on two cores of an Intel Xeon: 170-200 us for the first threaded call,
+    then 26-32, 23-29, and 17 from about the fourth to the seventh, against 29 us serial);
+    after two untimed calls the trial kept the serial code in 2 of 8 fresh processes.
 
     The threaded calls come in one block (:data:`IN_BLOCKS`), as repeated calls do: alternated
     with serial ones, each found the pool's workers asleep again wherever a serial call
@@ -53,31 +59,39 @@ class ThreadTrial:
     us serial, 33 us threaded with the workers awake, 42-150 us for most threaded calls right
     after a serial one), and the trial kept the serial code."""
 
-    __slots__ = ("times", "parallel")
+    __slots__ = ("times", "start", "parallel")
 
     def __init__(self) -> None:
         self.times: tuple[list[float], list[float]] = ([], [])  # serial, threaded
+        self.start: list[int | None] = [None, None]  # where each way's timed calls begin
         self.parallel: bool | None = None
+
+    def _timed(self, way: bool) -> list[float]:
+        start = self.start[way]
+        return [] if start is None else self.times[way][start:]
 
     def next_parallel(self) -> bool:
         """Whether the next trial call runs threaded (the serial block first, or alternating,
         serial first)."""
         serial, threaded = self.times
         if IN_BLOCKS:
-            return len(serial) >= WARMUP_PAIRS + TRIALS
+            return len(self._timed(False)) >= TRIALS
         return len(threaded) < len(serial)
 
     def record(self, parallel: bool, seconds: float) -> None:
-        self.times[parallel].append(seconds)
-        serial, threaded = self.times
-        if len(threaded) >= WARMUP_PAIRS + TRIALS:
-            s, t = sorted(serial[WARMUP_PAIRS:]), sorted(threaded[WARMUP_PAIRS:])
+        xs = self.times[parallel]
+        xs.append(seconds)
+        if self.start[parallel] is None and len(xs) >= WARMUP_PAIRS and sum(xs) >= WARM_S:
+            self.start[parallel] = len(xs)
+        s, t = sorted(self._timed(False)), sorted(self._timed(True))
+        if len(s) >= TRIALS and len(t) >= TRIALS:
             self.parallel = t[TRIALS // 2] < s[TRIALS // 2]
 
 
 MAX_PLANS = 32  # shapes remembered per kernel (all forgotten when full)
 ADAPT_MIN_BYTES = 1 << 20  # below: one thread, without trials
-WARMUP_PAIRS = 2  # untimed calls each way first
+WARMUP_PAIRS = 2  # untimed calls each way first, at least
+WARM_S = 0.002  # and at least this long, each way
 TRIALS = 5  # then timed calls each way, before a plan settles on serial or threaded
 #: the trial's calls one way in a block, then the other (:class:`ThreadTrial`); False: alternate
 IN_BLOCKS = True

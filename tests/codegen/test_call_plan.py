@@ -182,3 +182,31 @@ def test_large_results_start_on_a_cache_line():
             assert z.ctypes.data % 64 == 0
         else:
             assert z.base is None  # a plain array
+
+
+def test_the_trials_warm_up_lasts_warm_s_each_way(monkeypatch):
+    """Short calls warm up for WARM_S seconds each way before the timed ones (not only
+    WARMUP_PAIRS calls): the first threaded calls after a pause are not yet at speed."""
+    import tecomp.codegen.kernel as K
+    from tecomp.codegen import call_plan
+    from tecomp.codegen.call_plan import TRIALS, WARM_S, WARMUP_PAIRS
+
+    monkeypatch.setattr(call_plan, "IN_BLOCKS", True)
+    A = tc.placeholder((512, 1024), name="A")
+    k = tc.build(tc.compute((512, 1024), lambda i, j: A[i, j] * 2.0, name="B"), [A])
+    k.threads = 2
+    a = np.ones((512, 1024), np.float32)
+    seen, real, clock = [], k._fn, [0.0]
+    serial_s, threaded_s = WARM_S / 4.5, WARM_S / 9.5  # 5 and 10 calls to warm up
+
+    def timed(*args):
+        seen.append(args[-1])
+        clock[0] += threaded_s if args[-1] > 1 else serial_s
+        return real(*args)
+
+    k._fn = timed
+    monkeypatch.setattr(K.time, "perf_counter", lambda: clock[0])
+    assert 5 > WARMUP_PAIRS
+    for _ in range(1 + 5 + TRIALS + 10 + TRIALS + 3):
+        k(a)
+    assert seen[1:] == [1] * (5 + TRIALS) + [2] * (10 + TRIALS) + [2] * 3
