@@ -26,7 +26,13 @@ from .result_pool import PAGE_SLACK, POOL_MIN_BYTES, RESULTS, placement
 
 @dataclass(frozen=True)
 class Plan:
-    """What a call with given argument shapes needs beyond the arrays' addresses."""
+    """What a call with given argument shapes needs beyond the arrays' addresses.
+
+    Derived once, for the call's own checks (:meth:`.kernel.Kernel._call_planned`): ``checks``
+    (each argument's dtype, strides and required alignment), ``small_outputs`` (the results'
+    shapes and dtypes when every result is below :data:`ALIGN_MIN_BYTES`, which then are
+    plain ``np.empty`` arrays and need no placement; else None) and ``ready`` (the thread
+    count a call passes and the parameters with it, once the thread decision is made)."""
 
     layout: tuple[tuple[np.dtype, tuple[int, ...]], ...]  # each argument's dtype and strides
     outputs: tuple[tuple[tuple[int, ...], np.dtype, tuple[int, ...]], ...]  # shape, dtype, strides
@@ -35,6 +41,18 @@ class Plan:
     sizes: dict[E.Var, int]
     work: int  # bytes moved or 4 per innermost iteration, compared with PARALLEL_MIN_BYTES
     trial: ThreadTrial = field(default_factory=lambda: ThreadTrial())
+    checks: tuple[tuple[np.dtype, tuple[int, ...], int], ...] = field(init=False)
+    small_outputs: tuple[tuple[tuple[int, ...], np.dtype], ...] | None = field(init=False)
+    ready: list = field(init=False, compare=False)  # [threads, params] or [None, None]
+
+    def __post_init__(self) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "checks", tuple((dt, st, dt.alignment) for dt, st in self.layout))
+        small = all(dt.itemsize * int(np.prod(shape, dtype=np.int64)) < ALIGN_MIN_BYTES
+                    for shape, dt, _ in self.outputs)
+        setattr_(self, "small_outputs", tuple((shape, dt) for shape, dt, _ in self.outputs)
+                 if small else None)
+        setattr_(self, "ready", [None, None])
 
 
 class ThreadTrial:
@@ -114,6 +132,8 @@ def _data_offset() -> int | None:
 
 
 _DATA_OFFSET = _data_offset()
+#: where an array object keeps its data pointer (None: use ``.ctypes.data``)
+DATA_OFFSET = _DATA_OFFSET
 
 
 def data_address(a: np.ndarray) -> int:

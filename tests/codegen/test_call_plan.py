@@ -210,3 +210,25 @@ def test_the_trials_warm_up_lasts_warm_s_each_way(monkeypatch):
     for _ in range(1 + 5 + TRIALS + 10 + TRIALS + 3):
         k(a)
     assert seen[1:] == [1] * (5 + TRIALS) + [2] * (10 + TRIALS) + [2] * 3
+
+
+def test_a_remembered_thread_decision_follows_the_thread_count(monkeypatch):
+    """A plan keeps the parameters of its thread decision for the kernel's thread count;
+    changing ``kernel.threads`` between calls of the same shapes changes what is passed."""
+    import tecomp.codegen.kernel as K
+
+    monkeypatch.setattr(K, "PARALLEL_MIN_BYTES", 0)  # always threaded
+    A = tc.placeholder((64, 32), name="A")
+    k = tc.build(tc.compute((64, 32), lambda i, j: A[i, j] + 1.0, name="B"), [A])
+    a = np.ones((64, 32), np.float32)
+    seen, real = [], k._fn
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    k._fn = spy
+    for threads in (2, 2, 2, 1, 1, 3, 2):
+        k.threads = threads
+        np.testing.assert_array_equal(k(a), a + 1)
+    assert seen == [2, 2, 2, 1, 1, 3, 2]
