@@ -71,6 +71,10 @@
   compiled for more cores than a call uses: ``--unpinned --threads 1``.
 * ``keep_staged``: the DCT's staged last factor keeps its buffer (``butterfly.KEEP_STAGED``;
   off: the inliner may compute it in the copy's row order, as it did at 2048 points).
+* ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
+  loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
+  final collapse, by when the blocked nest below it has become one thread's). Only on more
+  than one core (``--threads 2``).
 
     python -m benchmarks.ab_cpu_steps [--reps 9] [--threads 1] [--unpinned] [--only STEP,...]
                                       [--programs NAME,...]
@@ -162,6 +166,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "row_chunks": patch([(sum_order, "COLUMN_CHUNKS", False)]),
         "slots": patch([(column_blocks, "SLOTS", False)]),
         "keep_staged": patch([(butterfly, "KEEP_STAGED", False)]),
+        "hand_inward": patch([(cpu_schedule, "HAND_INWARD", False)]),
     }
 
 
@@ -197,8 +202,14 @@ def programs():
             ("conv_transpose4x4/2 8x64x16x16->32", (8, 64, 32, 16, 4, 2, 1, True),
              ("rows", "vector_sums", "rows_once", "shared_pads", "in_place")),
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
-             ("shared_pads", "in_place"))):
+             ("shared_pads", "in_place")),
+            ("conv3x3 1x16x32x32->32", (1, 16, 32, 32, 3, 1, 1), ("hand_inward",)),
+            ("conv3x3/2 1x16x32x32->32", (1, 16, 32, 32, 3, 2, 1), ("hand_inward",))):
         Y, grads, fins, gins = _conv(*spec)
+        if spec[0] == 1:  # a batch of one: the latency suite's
+            yield f"{name} fwd", [Y], fins, steps
+            yield f"{name} grad", grads, gins, steps
+            continue
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops",
                  "column_blocks", "aligned_heap", "backend_unroll", "backend_digits")

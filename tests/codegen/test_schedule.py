@@ -177,3 +177,50 @@ def test_padding_loads_are_speculated_without_branches():
     a = np.arange(32, dtype=np.float32).reshape(4, 8)
     want = np.concatenate([np.zeros((4, 1), np.float32), a[:, :-1]], axis=1)
     np.testing.assert_array_equal(kernel(a), want)
+
+
+def test_a_parallel_loop_of_one_iteration_hands_its_mark_inward():
+    """A batch of one: the parallel loop of one trip gives its mark to the independent loop
+    it holds (then dropped as a serial one-trip loop); a loop whose iterations are not
+    independent keeps nothing from it."""
+    from tecomp.passes.schedule.cpu.schedule import hand_inward
+
+    b, c, x = E.Var("b", I64), E.Var("c", I64), E.Var("x", I64)
+    A = Buffer("A", (_c(1), _c(16), _c(8)), "float32", "input")
+    Y = Buffer("Y", (_c(1), _c(16), _c(8)), "float32", "output")
+    store = Store(Y, (b, c, x), BufferLoad(A, (b, c, x), "float32"))
+    body = For(b, _c(0), _c(1), For(c, _c(0), _c(16), For(x, _c(0), _c(8), store)),
+               kind="parallel")
+    out = hand_inward(_func(body, A, Y)).body
+    assert out.kind == "serial" and out.body.kind == "parallel" and out.body.var == c
+    assert out.body.body.kind == "serial"  # 16 trips: no further
+    S = Buffer("S", (_c(1), _c(8)), "float32", "output")  # every c writes the same row
+    shared = Store(S, (b, x), BufferLoad(A, (b, c, x), "float32"))
+    body = For(b, _c(0), _c(1), For(c, _c(0), _c(16), For(x, _c(0), _c(8), shared)),
+               kind="parallel")
+    assert hand_inward(_func(body, A, S)).body is body
+
+
+def test_a_batch_of_one_convolution_runs_its_contraction_on_every_core():
+    """The 3x3 convolution of one image: its contraction nest sits in a parallel loop of
+    more than one iteration after the CPU schedule (it was one thread's behind a parallel
+    loop over the batch of one), and the kernel agrees with the reference on 2 threads."""
+    from tecomp import pipeline
+    from tecomp.stmt_functor import walk_stmt
+
+    X = tc.placeholder((1, 16, 32, 32), name="X")
+    W = tc.placeholder((32, 16, 3, 3), name="W")
+    Y = tc.ops.conv2d(X, W, padding=1)
+    func, _, _ = pipeline.loop_program([Y], [X, W], target_name="llvm", name=None,
+                                       check_bounds=True)
+    scheduled = pipeline.scheduled(func, "llvm")
+    parallel = [s for s in walk_stmt(scheduled.body)
+                if isinstance(s, For) and s.kind == "parallel"]
+    assert parallel and all(not (s.lo == _c(0) and s.hi == _c(1)) for s in parallel)
+    k = tc.build(Y, [X, W])
+    k.threads = 2
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 32, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    (want,) = tc.evaluate(Y, {X: x.astype(np.float64), W: w.astype(np.float64)})
+    np.testing.assert_allclose(k(x, w), want, rtol=1e-4, atol=1e-4)

@@ -35,6 +35,15 @@ disjoint blocks of ``R`` slices.  Scatter loops are never parallel and are left 
 
 The pass keeps the program's meaning exactly (the same statements run with the same variable
 values; only the thread that runs them changes).
+
+A parallel loop of one iteration whose body is a loop meeting condition (3) hands its mark to
+that loop before the blocking passes run (:func:`hand_inward`): collapsing waits until the
+end, and by then the register and cache blocking (:mod:`.gemm_dot`) has rewritten the nest
+below it into blocked loops whose independence (3) no longer shows, and, seeing no parallel
+row loop, blocked it for one core.  A 3x3 convolution of one 16-channel 32x32 image to 32
+channels then ran its whole contraction on one thread behind a parallel loop of one
+iteration (2 threads 80 us, one thread 67 us); handed inward, its row loop is the parallel
+one and the blocking splits the work between the cores.
 """
 
 from __future__ import annotations
@@ -61,6 +70,10 @@ from tecomp.stmt_functor import bound_names
 #: :func:`fuse_parallel` never collapses a nest's innermost loop (False: it may, to reach
 #: ``min_trips``; an A/B switch)
 KEEP_INNERMOST = True
+
+#: a parallel loop of one iteration hands its mark to the loop inside (:func:`hand_inward`);
+#: False: it waits for :func:`fuse_parallel` (an A/B switch)
+HAND_INWARD = True
 
 #: split bordered copies where their guard changes (:func:`.borders.split_borders`); False:
 #: keep the guarded store (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
@@ -113,7 +126,10 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     from .vector_sums import vector_sums
 
     host = describe() if host is None else host
-    func = drop_unit_loops(order_sums(func, host))  # the order reads lowering's own nests
+    func = order_sums(func, host)  # the order reads lowering's own nests
+    if threads and HAND_INWARD:
+        func = hand_inward(func)
+    func = drop_unit_loops(func)
     if strided:
         func = unit_stride(func, host)
     if gemm:
@@ -128,6 +144,29 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     func = drop_dead_code(block_sums(func, block=256 * host.lanes(4), parallel=threads))
     func = block_columns(func, host)
     return fuse_parallel(func) if threads else func
+
+
+def hand_inward(func: LoweredFunc) -> LoweredFunc:
+    """Each top-level parallel loop of one iteration whose whole body is a loop of
+    independent iterations (condition (3)) becomes serial, that loop parallel (module
+    docstring); repeated inward while the new parallel loop has one iteration too."""
+    body = _inward(func.body)
+    return func if body is func.body else replace(func, body=body)
+
+
+def _inward(s: Stmt) -> Stmt:
+    if isinstance(s, Seq):
+        items = tuple(_inward(x) for x in s.stmts)
+        return s if all(a is b for a, b in zip(items, s.stmts)) else Seq(items)
+    if isinstance(s, Allocate):
+        body = _inward(s.body)
+        return s if body is s.body else Allocate(s.buffer, body)
+    if isinstance(s, For) and s.kind == "parallel" and s.step == 1 and s.slot is None \
+            and trip_count(s) == 1:
+        inner = s.body
+        if isinstance(inner, For) and inner.kind == "serial" and _independent(inner):
+            return replace(s, kind="serial", body=_inward(replace(inner, kind="parallel")))
+    return s
 
 
 def fuse_parallel(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
