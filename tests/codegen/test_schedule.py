@@ -25,13 +25,19 @@ def _func(body, *bufs) -> LoweredFunc:
     return LoweredFunc("f", ins, outs, (), body)
 
 
-def test_short_parallel_loop_is_collapsed_with_data_loops():
+def _copy_of_one_image():
+    """``Y[b, c, x] = A[b, c, x]`` over a batch of one, its batch loop parallel."""
     b, c, x = E.Var("b", I64), E.Var("c", I64), E.Var("x", I64)
     A = Buffer("A", (_c(1), _c(16), _c(8)), "float32", "input")
     Y = Buffer("Y", (_c(1), _c(16), _c(8)), "float32", "output")
     store = Store(Y, (b, c, x), BufferLoad(A, (b, c, x), "float32"))
     body = For(b, _c(0), _c(1), For(c, _c(0), _c(16), For(x, _c(0), _c(8), store)),
                kind="parallel")
+    return b, c, x, A, Y, store, body
+
+
+def test_short_parallel_loop_is_collapsed_with_data_loops():
+    b, c, x, A, Y, store, body = _copy_of_one_image()
     out = fuse_parallel(_func(body, A, Y), min_trips=64).body
     # the innermost loop (its body a store) stays a loop for the vectoriser
     assert isinstance(out, For) and out.kind == "parallel" and out.hi == _c(16)
@@ -185,12 +191,7 @@ def test_a_parallel_loop_of_one_iteration_hands_its_mark_inward():
     independent keeps nothing from it."""
     from tecomp.passes.schedule.cpu.schedule import hand_inward
 
-    b, c, x = E.Var("b", I64), E.Var("c", I64), E.Var("x", I64)
-    A = Buffer("A", (_c(1), _c(16), _c(8)), "float32", "input")
-    Y = Buffer("Y", (_c(1), _c(16), _c(8)), "float32", "output")
-    store = Store(Y, (b, c, x), BufferLoad(A, (b, c, x), "float32"))
-    body = For(b, _c(0), _c(1), For(c, _c(0), _c(16), For(x, _c(0), _c(8), store)),
-               kind="parallel")
+    b, c, x, A, Y, store, body = _copy_of_one_image()
     out = hand_inward(_func(body, A, Y)).body
     assert out.kind == "serial" and out.body.kind == "parallel" and out.body.var == c
     assert out.body.body.kind == "serial"  # 16 trips: no further
