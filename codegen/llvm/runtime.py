@@ -42,16 +42,25 @@ RECORD_BYTES = 64
 MAX_WORKERS = 63
 _SYNC = ir.ArrayType(T.I8, 64)  # room for glibc's pthread_mutex_t (40 bytes) / cond_t (48)
 CHUNK_TYPE = ir.FunctionType(T.I32, [T.PTR, T.I64, T.I64])
-# rounds of a pool thread's spin-wait for the next job before it sleeps (one round: an atomic
-# load and a pause, 10-50 ns: 41 us in all on an Intel Xeon of family 6 model 167, whose
-# pause takes 10 ns): 0.04-0.2 ms, as OpenMP runtimes' block time (KMP_BLOCKTIME,
-# GOMP_SPINCOUNT) but far shorter, since these threads share the cores with Python's
-SPIN_ROUNDS = 4000
+# how long a pool thread spins on the generation for the next job before it sleeps: on x86-64
+# in time-stamp counter ticks (the TSC runs at the nominal frequency, 2-4 GHz: 0.25-0.5 ms),
+# elsewhere in rounds of an atomic load (and no pause).  Kernels called with some Python
+# between them then find the workers awake: a 2-thread 512x512 softmax called with 60-200 us
+# of Python between calls took 133-140 us a call with the earlier spin of 4000 pause rounds
+# (41 us on an Intel Xeon whose pause takes 10 ns, several times that where it takes 140
+# cycles) and 78-79 us with a spin of about 0.3 ms, as back to back.  OpenMP runtimes spin far
+# longer (KMP_BLOCKTIME 200 ms); these threads share the machine with Python's.
+SPIN_TICKS = 1_000_000
+SPIN_ROUNDS = 100_000
+
+
+def _x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
 
 
 def _pause(b: ir.IRBuilder) -> None:
     """A spin-wait hint (x86's ``pause``; nothing elsewhere)."""
-    if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
+    if _x86():
         fn = b.module.globals.get("llvm.x86.sse2.pause")
         if fn is None:
             fn = ir.Function(b.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
@@ -234,13 +243,14 @@ def build_module() -> ir.Module:
     """The runtime module: ``tecomp_parallel_for`` and its pool of worker threads.
 
     The pool: ``workers`` detached threads (started on demand, at most :data:`MAX_WORKERS`) spin
-    for :data:`SPIN_ROUNDS` rounds on the generation, then sleep on a condition variable. A call
-    publishes its record as ``job`` with a new generation and wakes them (a spinning worker sees
-    the generation change without being woken); a worker that sees a new generation takes a
-    reference to the job, if it still has a free slot (``nthreads - 1`` of them), and works on
-    it. The caller clears ``job`` under the lock before dropping its own reference, so a worker
-    never touches a freed record. Concurrent callers may replace each other's job before a
-    worker sees it: the caller then does its own chunks (correct, only less parallel).
+    on the generation for :data:`SPIN_TICKS` (x86) or :data:`SPIN_ROUNDS`, then sleep on a
+    condition variable. A call publishes its record as ``job`` with a new generation and wakes
+    them (a spinning worker sees the generation change without being woken); a worker that sees
+    a new generation takes a reference to the job, if it still has a free slot (``nthreads - 1``
+    of them), and works on it. The caller clears ``job`` under the lock before dropping its own
+    reference, so a worker never touches a freed record. Concurrent callers may replace each
+    other's job before a worker sees it: the caller then does its own chunks (correct, only less
+    parallel).
     """
     module = ir.Module(name="tecomp_runtime")
     work = _worker(module)
@@ -271,17 +281,21 @@ def build_module() -> ir.Module:
     # instead of paying a futex wake-up each (tens of microseconds on a virtual machine)
     spin_head, spin_step, locked = (pool.append_basic_block(x) for x in (
         "spin", "spin.step", "locked"))
-    b.store(_i64(0), spins)
+    ticks = _x86()
+    clock = T.declare(module, "llvm.readcyclecounter", T.I64, []) if ticks else None
+    b.store(b.call(clock, []) if ticks else _i64(0), spins)  # the start, or a round count
     b.branch(spin_head)
     b.position_at_end(spin_head)
     current = b.load_atomic(gen, "monotonic", 8, typ=T.I64)
     count = b.load(spins, typ=T.I64)
-    keep = b.and_(b.icmp_signed("==", current, b.load(seen, typ=T.I64)),
-                  b.icmp_signed("<", count, _i64(SPIN_ROUNDS)))
+    spent = b.icmp_signed("<", b.sub(b.call(clock, []), count), _i64(SPIN_TICKS)) if ticks \
+        else b.icmp_signed("<", count, _i64(SPIN_ROUNDS))
+    keep = b.and_(b.icmp_signed("==", current, b.load(seen, typ=T.I64)), spent)
     b.cbranch(keep, spin_step, locked)
     b.position_at_end(spin_step)
     _pause(b)
-    b.store(b.add(count, _i64(1)), spins)
+    if not ticks:
+        b.store(b.add(count, _i64(1)), spins)
     b.branch(spin_head)
     b.position_at_end(locked)
     b.call(lock, [mutex])

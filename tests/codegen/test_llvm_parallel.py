@@ -301,3 +301,17 @@ def test_a_parallel_loops_slot_is_the_first_iteration_of_each_part():
     text = CStyleRenderer().render_stmt(loop)
     assert text[:3] == ["{", "const long long s = 2LL;", "for (long long i = 2LL; i < n; ++i) {"]
     assert text[-1] == "}"
+
+
+def test_workers_spin_by_the_clock_on_x86():
+    """On x86-64 a worker's spin before it sleeps is bounded by the time-stamp counter
+    (SPIN_TICKS), not by a count of pause rounds whose length varies 14-fold between CPUs;
+    elsewhere by SPIN_ROUNDS."""
+    import platform
+
+    from tecomp.codegen.llvm import runtime
+
+    text = str(runtime.build_module())
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+    assert ("llvm.readcyclecounter" in text) == x86
+    assert str(runtime.SPIN_TICKS if x86 else runtime.SPIN_ROUNDS) in text
