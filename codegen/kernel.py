@@ -20,7 +20,8 @@ and must not overlap an input or each other.
 Extents are bound from a dimension that is a bare size variable (``n``); a dimension that is an
 expression of one still-unbound size that is affine in it (``n + 2``, ``2 * n``) is solved for
 it; every other dimension is checked once the sizes are known.  Scalar ``tc.var`` inputs are
-passed as Python (or NumPy) integers in their position among the inputs.
+passed as Python (or NumPy) integers in their position among the inputs.  The argument checks
+and the binding of sizes live in :mod:`.arguments`.
 """
 
 from __future__ import annotations
@@ -41,31 +42,19 @@ from ..errors import ArgumentError, CompileError
 from ..loopir import Buffer, LoweredFunc
 from ..stmt_functor import eval_int
 from ..tensor import Tensor
+from .arguments import (
+    BufArg,
+    VarArg,
+    bind_extents,
+    check_array,
+    check_scalar,
+    resolve_extents,
+    size_vars,
+)
 from .call_plan import ADAPT_MIN_BYTES, DATA_OFFSET, MAX_PLANS, Plan, data_address, empty_result
 from .result_pool import PAGE_SLACK, placement
 
 _address_at = ctypes.c_void_p.from_address  # an array's data pointer at DATA_OFFSET
-
-
-class _BufArg:
-    """A tensor argument: where it goes and what it must look like."""
-
-    __slots__ = ("label", "buffer", "dtype", "np_dtype", "dims")
-
-    def __init__(self, label: str, buffer: Buffer) -> None:
-        self.label = label
-        self.buffer = buffer
-        self.dtype = buffer.dtype
-        self.np_dtype = dtypes.to_numpy(buffer.dtype)
-        self.dims = tuple(buffer.shape)
-
-
-class _VarArg:
-    __slots__ = ("label", "var")
-
-    def __init__(self, var: E.Var) -> None:
-        self.label = f"scalar {var.name!r}"
-        self.var = var
 
 
 class Kernel:
@@ -90,15 +79,15 @@ class Kernel:
         self.name = func.name
         self.target = target
         self._entry = entry
-        self._args: list[_BufArg | _VarArg] = []
-        self._bufs: list[tuple[_BufArg, int]] = []  # (spec, argument position)
+        self._args: list[BufArg | VarArg] = []
+        self._bufs: list[tuple[BufArg, int]] = []  # (spec, argument position)
         self._hidden: list[np.ndarray] = []
         # integer divisions by sizes: a zero divisor raises before a call allocates anything
         self._divisions = size_divisors([func], func.params)
         self._map_inputs(func, inputs, hidden or {})
         self._map_outputs(func, outputs)
         self.inputs = tuple(inputs) if inputs is not None else tuple(
-            a.buffer if isinstance(a, _BufArg) else a.var for a in self._args)
+            a.buffer if isinstance(a, BufArg) else a.var for a in self._args)
         self.outputs = tuple(outputs) if outputs is not None else tuple(func.outputs)
         self._single = len(self._outs) == 1 if single is None else single
         # temporaries the caller provides (LLVM: emit.pooled_buffers): (extents, item size)
@@ -125,8 +114,8 @@ class Kernel:
             for b in bufs:
                 self._add_buffer(f"tensor {b.name!r}", b)
             for p in func.params:
-                if p not in shaped and not any(p in _vars(d) for b in bufs for d in b.shape):
-                    self._args.append(_VarArg(p))
+                if p not in shaped and not any(p in size_vars(d) for b in bufs for d in b.shape):
+                    self._args.append(VarArg(p))
             used = len(bufs)
         else:
             used = 0
@@ -143,7 +132,7 @@ class Kernel:
                     used += 1
                     self._add_buffer(f"tensor {x.name!r}", b)
                 elif isinstance(x, E.Var):
-                    self._args.append(_VarArg(x))
+                    self._args.append(VarArg(x))
                 else:
                     raise ArgumentError(
                         f"inputs of kernel {func.name!r}: {x!r} is neither a tensor nor a tc.var")
@@ -152,10 +141,10 @@ class Kernel:
                 raise CompileError(f"jit: no data for the input buffer {b.name!r}")
             arr = np.ascontiguousarray(hidden[b], dtype=dtypes.to_numpy(b.dtype))
             self._hidden.append(arr)
-        self._hidden_specs = [_BufArg(f"constant {b.name!r}", b) for b in bufs[used:]]
+        self._hidden_specs = [BufArg(f"constant {b.name!r}", b) for b in bufs[used:]]
 
     def _add_buffer(self, label: str, b: Buffer) -> None:
-        spec = _BufArg(label, b)
+        spec = BufArg(label, b)
         self._bufs.append((spec, len(self._args)))
         self._args.append(spec)
 
@@ -167,7 +156,7 @@ class Kernel:
             raise CompileError(
                 f"jit: kernel {func.name!r} has {len(bufs)} output buffer(s) for "
                 f"{len(labels)} output(s)")
-        self._outs = [_BufArg(lab, b) for lab, b in zip(labels, bufs)]
+        self._outs = [BufArg(lab, b) for lab, b in zip(labels, bufs)]
 
     @property
     def source(self) -> str:
@@ -294,13 +283,13 @@ class Kernel:
         sizes: dict[E.Var, int] = {}
         source: dict[E.Var, str] = {}
         for spec, x in zip(self._args, arrays):
-            if isinstance(spec, _VarArg):
+            if isinstance(spec, VarArg):
                 sizes[spec.var] = check_scalar(spec, x)
                 source[spec.var] = spec.label
         ins: list[np.ndarray] = []
         for spec, pos in self._bufs:
             ins.append(check_array(spec, arrays[pos], pos))
-        pending: list[tuple[_BufArg, int, int]] = []
+        pending: list[tuple[BufArg, int, int]] = []
         for (spec, _), a in zip(self._bufs, ins):
             bind_extents(spec, a.shape, sizes, source, pending)
         for spec, a in zip(self._hidden_specs, self._hidden):
@@ -488,129 +477,3 @@ def _cpu_count() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-# ---------------------------------------------------------------------------- argument checks
-def _vars(e: E.Expr) -> set[E.Var]:
-    from ..functor import free_vars
-
-    return free_vars(e)
-
-
-def check_scalar(spec: _VarArg, x: Any) -> int:
-    """The integer value of the scalar argument ``x`` for ``spec`` (an error names it)."""
-    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "iu":
-        x = x.item()
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise ArgumentError(f"{spec.label}: expected an integer, got {type(x).__name__}")
-    v = int(x)
-    info = np.iinfo(dtypes.to_numpy(spec.var.dtype))
-    if not info.min <= v <= info.max:
-        raise ArgumentError(f"{spec.label}: {v} does not fit in {spec.var.dtype}")
-    return v
-
-
-_PY_KIND = {bool: "b", int: "iu", float: "f"}
-
-
-def check_array(spec: _BufArg, x: Any, pos: int) -> np.ndarray:
-    """``x`` as the array argument ``pos`` for ``spec``: type, ndim and dtype checked."""
-    where = f"argument {pos} ({spec.label})"
-    if not isinstance(x, np.ndarray):
-        if isinstance(x, np.generic):
-            x = np.asarray(x)
-        elif spec.buffer.ndim == 0 and type(x) in _PY_KIND and \
-                spec.np_dtype.kind in _PY_KIND[type(x)]:
-            x = np.asarray(x, dtype=spec.np_dtype)
-        else:
-            raise ArgumentError(
-                f"{where}: expected a NumPy array of dtype {spec.dtype}, got "
-                f"{type(x).__name__}")
-    if x.ndim != len(spec.dims):
-        raise ArgumentError(
-            f"{where}: expected {len(spec.dims)} dimension(s), got an array with {x.ndim} "
-            f"(shape {x.shape})")
-    if x.dtype != spec.np_dtype:
-        raise ArgumentError(
-            f"{where}: expected dtype {spec.dtype}, got {x.dtype}; tecomp does not cast "
-            f"implicitly (use .astype(np.{spec.np_dtype.name}))")
-    if not (x.flags.c_contiguous and x.flags.aligned):
-        x = np.ascontiguousarray(x)
-    return x
-
-
-def bind_extents(spec: _BufArg, shape: tuple[int, ...], sizes: dict[E.Var, int],
-                 source: dict[E.Var, str], pending: list[tuple[_BufArg, int, int]]) -> None:
-    """Bind the sizes that ``shape`` determines; dimensions given by expressions go to
-    ``pending`` (see :func:`resolve_extents`)."""
-    for d, (e, got) in enumerate(zip(spec.dims, shape)):
-        if isinstance(e, E.Const):
-            if got != e.value:
-                raise ArgumentError(f"{spec.label}, axis {d}: expected extent {e.value}, got {got}")
-        elif isinstance(e, E.Var):
-            if e in sizes:
-                if sizes[e] != got:
-                    raise ArgumentError(
-                        f"{spec.label}, axis {d}: expected extent {e.name} = {sizes[e]} (bound "
-                        f"from {source[e]}), got {got}")
-            else:
-                sizes[e] = got
-                source[e] = f"{spec.label}, axis {d}"
-        else:
-            pending.append((spec, d, got))
-
-
-def resolve_extents(pending: list[tuple[_BufArg, int, int]], sizes: dict[E.Var, int],
-                    source: dict[E.Var, str]) -> None:
-    """Check (or solve for one unbound size) the dimensions that are expressions."""
-    progress = True
-    while pending and progress:
-        progress = False
-        rest = []
-        for spec, d, got in pending:
-            e = spec.dims[d]
-            free = [v for v in _vars(e) if v not in sizes]
-            if len(free) == 1:
-                v = solve_affine(e, free[0], got, sizes)
-                if v is not None:
-                    sizes[free[0]] = v
-                    source[free[0]] = f"{spec.label}, axis {d}"
-                    progress = True
-                    continue
-            if free:
-                rest.append((spec, d, got))
-                continue
-            want = eval_int(e, sizes)
-            if want != got:
-                names = ", ".join(f"{v.name} = {sizes[v]}" for v in sorted(
-                    _vars(e), key=lambda v: v.name))
-                raise ArgumentError(
-                    f"{spec.label}, axis {d}: expected extent {e} = {want} ({names}), got {got}")
-            progress = True
-        pending[:] = rest
-    for spec, d, got in pending:
-        e = spec.dims[d]
-        free = sorted(v.name for v in _vars(e) if v not in sizes)
-        raise ArgumentError(
-            f"{spec.label}, axis {d}: extent {e} (= {got}) does not determine "
-            f"{', '.join(free)}")
-
-
-# ---------------------------------------------------------------------------- size arithmetic
-def solve_affine(e: E.Expr, v: E.Var, target: int, sizes: Mapping[E.Var, int]) -> int | None:
-    """The integer ``x`` with ``e[v := x] == target`` when ``e`` is affine in ``v``, else None.
-
-    ``e`` is sampled at three points; a non-affine ``e`` (``v * v``, ``v // 2``) is detected by
-    the samples or by the final check, and gives None.
-    """
-    env = dict(sizes)
-
-    def at(x: int) -> int:
-        env[v] = x
-        return eval_int(e, env)
-
-    b, a = at(0), at(1) - at(0)
-    if a == 0 or at(2) != b + 2 * a or (target - b) % a:
-        return None
-    x = (target - b) // a
-    return x if at(x) == target else None
