@@ -49,6 +49,7 @@ one and the blocking splits the work between the cores.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 from tecomp import expr as E
 from tecomp.functor import children, fresh_name
@@ -150,41 +151,36 @@ def hand_inward(func: LoweredFunc) -> LoweredFunc:
     """Each top-level parallel loop of one iteration whose whole body is a loop of
     independent iterations (condition (3)) becomes serial, that loop parallel (module
     docstring); repeated inward while the new parallel loop has one iteration too."""
-    body = _inward(func.body)
+    body = _top(func.body, _hand)
     return func if body is func.body else replace(func, body=body)
 
 
-def _inward(s: Stmt) -> Stmt:
-    if isinstance(s, Seq):
-        items = tuple(_inward(x) for x in s.stmts)
-        return s if all(a is b for a, b in zip(items, s.stmts)) else Seq(items)
-    if isinstance(s, Allocate):
-        body = _inward(s.body)
-        return s if body is s.body else Allocate(s.buffer, body)
-    if isinstance(s, For) and s.kind == "parallel" and s.step == 1 and s.slot is None \
-            and trip_count(s) == 1:
-        inner = s.body
-        if isinstance(inner, For) and inner.kind == "serial" and _independent(inner):
-            return replace(s, kind="serial", body=_inward(replace(inner, kind="parallel")))
+def _hand(s: For) -> Stmt:
+    inner = s.body
+    if s.step == 1 and s.slot is None and trip_count(s) == 1 and isinstance(inner, For) \
+            and inner.kind == "serial" and _independent(inner):
+        return replace(s, kind="serial", body=_hand(replace(inner, kind="parallel")))
     return s
 
 
 def fuse_parallel(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     """Collapse short top-level parallel loops with their nested data loops (see above)."""
     names = bound_names(func.body) | {p.name for p in func.params}
-    body = _top(func.body, min_trips, names)
+    body = _top(func.body, lambda loop: _fuse(loop, min_trips, names))
     return func if body is func.body else replace(func, body=body)
 
 
-def _top(s: Stmt, min_trips: int, names: set[str]) -> Stmt:
+def _top(s: Stmt, rewrite: Callable[[For], Stmt]) -> Stmt:
+    """``s`` with ``rewrite`` applied to each top-level parallel loop (inside sequences and
+    allocations only)."""
     if isinstance(s, Seq):
-        items = tuple(_top(x, min_trips, names) for x in s.stmts)
+        items = tuple(_top(x, rewrite) for x in s.stmts)
         return s if all(a is b for a, b in zip(items, s.stmts)) else Seq(items)
     if isinstance(s, Allocate):
-        body = _top(s.body, min_trips, names)
+        body = _top(s.body, rewrite)
         return s if body is s.body else Allocate(s.buffer, body)
     if isinstance(s, For) and s.kind == "parallel":
-        return _fuse(s, min_trips, names)
+        return rewrite(s)
     return s
 
 
