@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from ..loopir import LoweredFunc
 from .cache import program_key
@@ -129,6 +130,12 @@ class Target:
     def version(self) -> str:
         """A digest of the code generator's and the schedule's source."""
         return f"{self.codegen_version()}+{self.schedule.version}"
+
+    def preparing(self) -> ContextManager[None]:
+        """A context around a whole build (lowering included) in which the target may
+        prepare, in the background, what its first kernel will need; the background work
+        is over when the context is left.  The default prepares nothing."""
+        return nullcontext()
 
     def key(self, func: LoweredFunc, *options: str) -> str:
         """The key of ``func`` built for this target with ``options``."""

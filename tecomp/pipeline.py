@@ -238,8 +238,10 @@ def build(outputs: Sequence[Tensor], inputs: Sequence[Any], *, target_name: str 
     """A kernel for ``outputs``: every pass in order, then the target's code generator."""
     check_target(target_name)
     check_checkpoint_target(outputs, target_name)
-    func, constants, bounds = loop_program(outputs, inputs, target_name=target_name,
-                                           name=name, check_bounds=check_bounds)
     tgt = target(target_name)                                          # schedule + codegen
-    return run_pass(f"codegen.{target_name}", tgt.build, func, inputs=inputs,
-                    outputs=list(outputs), hidden=constants, single=single, bounds=bounds)
+    with tgt.preparing():
+        func, constants, bounds = loop_program(outputs, inputs, target_name=target_name,
+                                               name=name, check_bounds=check_bounds)
+        return run_pass(f"codegen.{target_name}", tgt.build, func, inputs=inputs,
+                        outputs=list(outputs), hidden=constants, single=single,
+                        bounds=bounds)

@@ -16,7 +16,8 @@ supplies) and compiled.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from .jit import (
     compile_object,
     disk_key,
     load_object,
+    runtime_ahead,
     store_code,
     stored_source,
     target_key,
@@ -76,6 +78,10 @@ class LlvmTarget(Target):
 
     def codegen_version(self) -> str:
         return code_version()
+
+    def preparing(self) -> ContextManager[None]:
+        # the parallel-loop runtime, read or compiled while the program is lowered
+        return runtime_ahead() if self.threads else nullcontext()
 
     def options(self) -> str:
         return f"O{self.speed_level}-threads{int(self.threads)}"

@@ -42,8 +42,9 @@ import ctypes
 import itertools
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ... import host as host_module
 from ...errors import CompileError
@@ -441,8 +442,11 @@ def compile_pool() -> Any:
 
 
 def _forget_pool() -> None:
-    """A forked child has none of its parent's threads: it makes a pool of its own."""
+    """A forked child has none of its parent's threads: it makes a pool of its own (and
+    compiles the runtime itself if the parent's pool was compiling it)."""
     _pool.clear()
+    if not isinstance(_state.get("runtime_code", ()), tuple):
+        del _state["runtime_code"]
 
 
 if hasattr(os, "register_at_fork"):
@@ -452,7 +456,8 @@ if hasattr(os, "register_at_fork"):
 def runtime_address() -> int:
     """The address of the parallel-loop runtime (:mod:`.runtime`), loaded on first use and
     kept for the life of the process: from the persistent cache when an earlier process
-    stored it (:func:`_load_runtime`), else compiled (and stored)."""
+    stored it, else compiled (and stored); :func:`prefetch_runtime` may have read or started
+    compiling its code already."""
     with LOCK:
         st = _init()
         if "runtime" not in st:
@@ -465,30 +470,110 @@ def runtime_address() -> int:
         return st["runtime"].address
 
 
-def _load_runtime() -> JitFunction:
-    """The runtime's object code linked into the process-wide JIT.  It is keyed in the
-    default persistent cache like a kernel (host, versions, :func:`code_version`, which
-    covers :mod:`.runtime`); an unusable entry is compiled afresh and overwritten."""
+@contextmanager
+def runtime_ahead() -> Iterator[None]:
+    """Around a build: make the runtime's code ready ahead of the first kernel that calls it
+    (:func:`prefetch_runtime`), and on leaving wait for a compile of it still running, so
+    that no LLVM work outlives the build (a process that forks afterwards must not fork in
+    the middle of it)."""
+    prefetch_runtime()
+    try:
+        yield
+    finally:
+        _settle_runtime()
+
+
+def prefetch_runtime() -> None:
+    """Read the runtime's code from the persistent cache, or, when it is not there, start
+    compiling it on :func:`compile_pool` while the caller lowers and emits its program (the
+    compile, about 50 ms of LLVM, otherwise runs on the calling thread when the first kernel
+    is linked); :func:`runtime_address` takes it from there.  Does nothing once the runtime
+    is loaded or its code is on the way, or without a pool (or with :data:`PREFETCH` off)."""
+    if not PREFETCH or "runtime" in _state or "runtime_code" in _state:
+        return
+    with LOCK:
+        st = _init()
+        if "runtime" in st or "runtime_code" in st:
+            return
+        found = _stored_runtime()
+        if found is not None:
+            st["runtime_code"] = found
+            return
+        pool = compile_pool()
+        if pool is not None:
+            binding()  # set up here, so that the compiling thread never waits for LOCK
+            st["runtime_code"] = pool.submit(_compile_runtime)
+
+
+def _settle_runtime() -> None:
+    """Wait for a compile of the runtime that :func:`prefetch_runtime` started (a failed one
+    is dropped: :func:`runtime_address` compiles again and reports the error)."""
+    with LOCK:
+        job = _state.get("runtime_code")
+        if job is None or isinstance(job, tuple):
+            return
+        try:
+            _state["runtime_code"] = job.result()
+        except Exception:  # noqa: BLE001 - raised again where the runtime is needed
+            del _state["runtime_code"]
+
+
+#: whether :func:`prefetch_runtime` does anything (an A/B switch of
+#: ``benchmarks/compile_time.py --ab``)
+PREFETCH = True
+
+
+def _runtime_key() -> str:
+    from .layout import RUNTIME_SYMBOL, runtime_variant
+
+    return disk_key(f"runtime|{RUNTIME_SYMBOL}|{target_key()}|{runtime_variant()}")
+
+
+def _stored_runtime() -> tuple[bytes, str, bool] | None:
+    """The runtime's object code and source from the default persistent cache, or None."""
     from ..disk_cache import default_cache
-    from .layout import RUNTIME_SYMBOL as SYMBOL
-    from .layout import runtime_variant
 
     store = default_cache()
-    key = disk_key(f"runtime|{SYMBOL}|{target_key()}|{runtime_variant()}") \
-        if store is not None else ""
-    if store is not None:
-        entry = store.get(key)
-        if entry is not None and isinstance(entry.get("object"), bytes):
-            try:
-                return load_object(entry["object"], SYMBOL, str(entry.get("source", "")),
-                                   link_runtime=False)
-            except CompileError:
-                pass
+    entry = store.get(_runtime_key()) if store is not None else None
+    if entry is None or not isinstance(entry.get("object"), bytes):
+        return None
+    return entry["object"], str(entry.get("source", "")), True
+
+
+def _compile_runtime() -> tuple[bytes, str, bool]:
+    """The runtime's module, compiled: object code, optimised IR, and False (not stored)."""
+    from .layout import RUNTIME_SYMBOL
     from .runtime import build_module  # llvmlite's IR builder: only when compiling
 
-    rt = compile_ir(build_module(), SYMBOL, link_runtime=False)
+    obj, source = compile_object(str(build_module()), RUNTIME_SYMBOL)
+    return obj, source, False
+
+
+def _load_runtime() -> JitFunction:
+    """The runtime's object code linked into the process-wide JIT: what
+    :func:`prefetch_runtime` made ready, else read from the persistent cache or compiled
+    here.  It is keyed in the default persistent cache like a kernel (host, versions,
+    :func:`code_version`, which covers :mod:`.runtime`); an unusable entry is compiled
+    afresh and overwritten, a new one stored."""
+    from ..disk_cache import default_cache
+    from .layout import RUNTIME_SYMBOL as SYMBOL
+
+    code = _state.pop("runtime_code", None)
+    if code is not None and not isinstance(code, tuple):  # a compile pool's future
+        code = code.result()
+    if code is None:
+        code = _stored_runtime()
+    if code is not None and code[2]:
+        try:
+            return load_object(code[0], SYMBOL, code[1], link_runtime=False)
+        except CompileError:
+            code = None
+    if code is None:
+        code = _compile_runtime()
+    rt = load_object(code[0], SYMBOL, code[1], link_runtime=False)
+    store = default_cache()
     if store is not None:
-        store.put(key, {"object": rt.object_code, "source": rt.source})
+        store.put(_runtime_key(), {"object": code[0], "source": code[1]})
     return rt
 
 
