@@ -233,10 +233,10 @@ class StmtEmitter(ExprEmitter):
             # as many as the schedule would have written (a constant loop of that many trips
             # unrolled whole; left to LLVM's own choice, a window's three digit steps measured
             # a stride-2 3x3 convolution's gradient 6% slower)
-            latch.set_metadata("llvm.loop", _loop_id(self.b.module,
+            latch.set_metadata("llvm.loop", T.loop_id(self.b.module,
                                                      ("llvm.loop.unroll.count", s.unroll)))
         elif (KEEP_TILE_LOOPS and _tile_steps(s)) or (KEEP_OUTER_LOOPS and _outer_of_long(s)):
-            latch.set_metadata("llvm.loop", _loop_id(self.b.module, "llvm.loop.unroll.disable"))
+            latch.set_metadata("llvm.loop", T.loop_id(self.b.module, "llvm.loop.unroll.disable"))
         self.b.position_at_end(done)
 
     def _bound(self, e: Any, dtype: str) -> ir.Value:
@@ -479,17 +479,6 @@ def _outer_of_long(s: For) -> bool:
 #: a constant-bound loop around a long loop is left rolled by LLVM (:func:`_outer_of_long`;
 #: an A/B switch)
 KEEP_OUTER_LOOPS = True
-
-
-def _loop_id(module: ir.Module, *flags: str | tuple[str, int]) -> ir.MDValue:
-    """A loop's ``!llvm.loop`` node: distinct by referring to itself, then ``flags`` (a
-    name, or a name and an ``i32`` operand such as an unroll count)."""
-    props = [module.add_metadata([ir.MetaDataString(module, f)]) if isinstance(f, str) else
-             module.add_metadata([ir.MetaDataString(module, f[0]),
-                                  ir.Constant(ir.IntType(32), f[1])]) for f in flags]
-    node = ir.values.MDValue(module, props, name=str(len(module.metadata)))
-    node.operands = (node, *props)  # a loop ID's first operand is the node itself
-    return node
 
 
 class _Bound:

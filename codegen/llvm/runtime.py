@@ -27,6 +27,7 @@ kernel's machine code may be freed (an evicted kernel) as soon as no call of it 
 from __future__ import annotations
 
 import platform
+from typing import Callable
 
 from llvmlite import ir
 
@@ -141,6 +142,44 @@ _MASK = ir.ArrayType(T.I64, _MASK_WORDS)
 
 
 
+class _CpuLoop:
+    """``with _CpuLoop(b, fn, mask, name) as (at, on, stop):`` a loop over the CPU numbers of a
+    ``cpu_set_t`` at ``mask``: ``at`` the number, ``on`` 1 if it is in the set else 0 (both
+    ``i64``), ``stop()`` leaves the loop (a branch: the block it ends takes no more code).
+    A rolled loop (not unrolled, not vectorised by LLVM): it runs once per worker start, and
+    written out for the 16 words of a mask it was half of the runtime's code."""
+
+    def __init__(self, b: ir.IRBuilder, fn: ir.Function, mask: ir.Value, name: str) -> None:
+        self.b, self.fn, self.mask = b, fn, mask
+        self.head, self.body, self.done = (fn.append_basic_block(f"{name}.{x}")
+                                           for x in ("head", "body", "done"))
+
+    def __enter__(self) -> tuple[ir.Value, ir.Value, Callable[[], None]]:
+        b = self.b
+        entry = b.block
+        b.branch(self.head)
+        b.position_at_end(self.head)
+        self.at = b.phi(T.I64)
+        self.at.add_incoming(_i64(0), entry)
+        b.cbranch(b.icmp_signed("<", self.at, _i64(64 * _MASK_WORDS)), self.body, self.done)
+        b.position_at_end(self.body)
+        word = b.load(b.gep(self.mask, [_i32(0), b.lshr(self.at, _i64(6))], inbounds=True),
+                      typ=T.I64)
+        on = b.and_(b.lshr(word, b.and_(self.at, _i64(63))), _i64(1))
+        return self.at, on, lambda: b.branch(self.done)
+
+    def __exit__(self, *exc: object) -> None:
+        b = self.b
+        if exc[0] is not None:
+            return
+        nxt = b.add(self.at, _i64(1))
+        self.at.add_incoming(nxt, b.block)
+        latch = b.branch(self.head)
+        latch.set_metadata("llvm.loop", T.loop_id(b.module, "llvm.loop.unroll.disable",
+                                                  ("llvm.loop.vectorize.enable", 0)))
+        b.position_at_end(self.done)
+
+
 class _Placement:
     """A home CPU for each worker.
 
@@ -174,52 +213,37 @@ class _Placement:
         index = b.and_(arg, _i64(0xFFFFFFFF))
         creator = b.sub(b.lshr(arg, _i64(32)), _i64(1))  # -1: unknown
         saved, home = b.alloca(_MASK), b.alloca(_MASK)
-        pos, nth = b.alloca(T.I64), b.alloca(T.I64)
         b.store(ir.Constant(_MASK, None), saved)
         b.store(ir.Constant(_MASK, None), home)
         rc = b.call(self.get, [_i32(0), _i64(8 * _MASK_WORDS), saved])
         with b.if_then(b.icmp_signed("!=", rc, _i32(0))):
             b.store(ir.Constant(_MASK, None), saved)
-        count: ir.Value = _i64(0)
-        below: ir.Value = _i64(0)  # CPUs of the set before the creator's
-        inside: ir.Value = ir.Constant(T.I1, 0)  # the creator's CPU is in the set
-        for n in range(_MASK_WORDS):
-            word = b.load(b.gep(saved, [_i32(0), _i32(n)], inbounds=True), typ=T.I64)
-            count = b.add(count, b.call(self.ctpop, [word]))
-            offset = b.sub(creator, _i64(64 * n))  # the creator's bit in this word, if any
-            here = b.and_(b.icmp_signed(">=", offset, _i64(0)),
-                          b.icmp_signed("<", offset, _i64(64)))
-            bit = b.shl(_i64(1), b.and_(offset, _i64(63)))
-            mask = b.select(here, b.sub(bit, _i64(1)),
-                            b.select(b.icmp_signed(">=", offset, _i64(64)), _i64(-1), _i64(0)))
-            below = b.add(below, b.call(self.ctpop, [b.and_(word, mask)]))
-            inside = b.or_(inside, b.and_(here, b.icmp_unsigned(
-                "!=", b.and_(word, bit), _i64(0))))
-        with b.if_then(b.icmp_signed(">", count, _i64(1))):
-            rank = b.select(inside, below, b.sub(count, _i64(1)))
-            b.store(b.urem(b.add(b.add(rank, _i64(1)), index), count), nth)
-            b.store(_i64(0), pos)
-            head, body, step, found, done = (fn.append_basic_block(f"home.{x}") for x in (
-                "head", "body", "step", "found", "done"))
-            b.branch(head)
-            b.position_at_end(head)
-            at = b.load(pos, typ=T.I64)
-            b.cbranch(b.icmp_signed("<", at, _i64(64 * _MASK_WORDS)), body, done)
-            b.position_at_end(body)
-            slot = b.gep(saved, [_i32(0), b.lshr(at, _i64(6))], inbounds=True)
-            bit = b.shl(_i64(1), b.and_(at, _i64(63)))
-            on = b.icmp_unsigned("!=", b.and_(b.load(slot, typ=T.I64), bit), _i64(0))
-            left = b.load(nth, typ=T.I64)
-            b.cbranch(b.and_(on, b.icmp_signed("==", left, _i64(0))), found, step)
-            b.position_at_end(step)
-            b.store(b.select(on, b.sub(left, _i64(1)), left), nth)
-            b.store(b.add(at, _i64(1)), pos)
-            b.branch(head)
-            b.position_at_end(found)
-            b.store(bit, b.gep(home, [_i32(0), b.lshr(at, _i64(6))], inbounds=True))
-            b.call(self.set, [_i32(0), _i64(8 * _MASK_WORDS), home])
-            b.branch(done)
-            b.position_at_end(done)
+        # the set's size, the creator's rank in it, and whether it is in it
+        count, below, inside = (b.alloca(T.I64) for _ in range(3))
+        for v in (count, below, inside):
+            b.store(_i64(0), v)
+        with _CpuLoop(b, fn, saved, "scan") as (at, on, _):
+            b.store(b.add(b.load(count, typ=T.I64), on), count)
+            before = b.zext(b.icmp_signed("<", at, creator), T.I64)
+            b.store(b.add(b.load(below, typ=T.I64), b.and_(on, before)), below)
+            here = b.zext(b.icmp_signed("==", at, creator), T.I64)
+            b.store(b.or_(b.load(inside, typ=T.I64), b.and_(on, here)), inside)
+        size = b.load(count, typ=T.I64)
+        with b.if_then(b.icmp_signed(">", size, _i64(1))):
+            rank = b.select(b.icmp_signed("!=", b.load(inside, typ=T.I64), _i64(0)),
+                            b.load(below, typ=T.I64), b.sub(size, _i64(1)))
+            nth = b.alloca(T.I64)
+            b.store(b.urem(b.add(b.add(rank, _i64(1)), index), size), nth)
+            with _CpuLoop(b, fn, saved, "find") as (at, on, stop):
+                left = b.load(nth, typ=T.I64)
+                found = b.and_(b.icmp_signed("!=", on, _i64(0)),
+                               b.icmp_signed("==", left, _i64(0)))
+                with b.if_then(found):
+                    word = b.gep(home, [_i32(0), b.lshr(at, _i64(6))], inbounds=True)
+                    b.store(b.shl(_i64(1), b.and_(at, _i64(63))), word)
+                    b.call(self.set, [_i32(0), _i64(8 * _MASK_WORDS), home])
+                    stop()
+                b.store(b.sub(left, on), nth)
 
     @staticmethod
     def argument(b: ir.IRBuilder, index: ir.Value) -> ir.Value:

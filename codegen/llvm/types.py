@@ -103,6 +103,17 @@ def declare(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> 
     return fn
 
 
+def loop_id(module: ir.Module, *flags: str | tuple[str, int]) -> ir.MDValue:
+    """A loop's ``!llvm.loop`` node: distinct by referring to itself, then ``flags`` (a
+    name, or a name and an ``i32`` operand such as an unroll count)."""
+    props = [module.add_metadata([ir.MetaDataString(module, f)]) if isinstance(f, str) else
+             module.add_metadata([ir.MetaDataString(module, f[0]),
+                                  ir.Constant(ir.IntType(32), f[1])]) for f in flags]
+    node = ir.values.MDValue(module, props, name=str(len(module.metadata)))
+    node.operands = (node, *props)  # a loop ID's first operand is the node itself
+    return node
+
+
 def intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], flags: tuple = ()) -> ir.Value:
     """Call the overloaded intrinsic ``llvm.<name>`` on float/double/int arguments."""
     t = args[0].type
