@@ -6,9 +6,10 @@ keyed by a hex digest the caller computes; for the LLVM backend it covers the st
 of the lowered program, the compile options, the llvmlite and LLVM versions and the host CPU
 name and features (:func:`tecomp.codegen.llvm.compile_function`), so a cache shared by
 machines or library versions never hands out code built for another.  The same directory holds
-the parallel-loop runtime's object code (:func:`tecomp.codegen.llvm.jit.runtime_address`) and
-the verdicts of the bounds pass (:mod:`tecomp.proof_cache`), so that a fresh process
-that finds its kernel here runs neither LLVM nor isl.
+the parallel-loop runtime's object code
+(:func:`tecomp.codegen.llvm.runtime_code.runtime_address`) and the verdicts of the bounds
+pass (:mod:`tecomp.proof_cache`), so that a fresh process that finds its kernel here runs
+neither LLVM nor isl.
 
 Layout: one file per key, ``<dir>/<key[:2]>/<key>.bin``, holding::
 

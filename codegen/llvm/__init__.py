@@ -4,6 +4,7 @@
 * :mod:`.emit_expr` / :mod:`.emit` — expressions and statements to LLVM IR;
 * :mod:`.vmath` — inline, vectorisable exp/log/tanh/sigmoid/softplus/erf;
 * :mod:`.parallel` / :mod:`.runtime` — ``"parallel"`` loops outlined and run on POSIX threads;
+  :mod:`.runtime_code` — the runtime's object code, cached, compiled ahead, linked once;
 * :mod:`.jit` — target machine, O3 pipeline with vectorisation, JIT.
 
 :class:`LlvmTarget` is the :class:`~tecomp.codegen.target.Target` of this backend and
@@ -39,12 +40,12 @@ from .jit import (
     compile_object,
     disk_key,
     load_object,
-    runtime_ahead,
     store_code,
     stored_source,
     target_key,
 )
 from .layout import pooled_buffers, symbol_name
+from .runtime_code import runtime_ahead
 
 _USE_DEFAULT: Any = object()
 

@@ -10,9 +10,10 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
   vectors: the feature string switches ``prefer-256-bit`` off);
 * ``jit`` — the target machine emits an object file, which is linked against the running
   process (``malloc``/``free``/``pthread_create`` from libc, ``erf``... from libm, which
-  Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, loaded once per
-  process): on x86-64 Linux by the backend's own loader (:mod:`.elf`), elsewhere, or for an
-  object that loader does not take, by an ORC LLJIT of its own.  An unresolved symbol is an
+  Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, linked once per
+  process by :mod:`.runtime_code`): on x86-64 Linux by the backend's own loader
+  (:mod:`.elf`), elsewhere, or for an object that loader does not take, by an ORC LLJIT of
+  its own.  An unresolved symbol is an
   error here, never a crash.
 
 Object code from the persistent cache only needs the last stage (:func:`load_object`), and
@@ -42,9 +43,8 @@ import ctypes
 import itertools
 import os
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 from ... import host as host_module
 from ...errors import CompileError
@@ -442,139 +442,12 @@ def compile_pool() -> Any:
 
 
 def _forget_pool() -> None:
-    """A forked child has none of its parent's threads: it makes a pool of its own (and
-    compiles the runtime itself if the parent's pool was compiling it)."""
+    """A forked child has none of its parent's threads: it makes a pool of its own."""
     _pool.clear()
-    if not isinstance(_state.get("runtime_code", ()), tuple):
-        del _state["runtime_code"]
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
-
-
-def runtime_address() -> int:
-    """The address of the parallel-loop runtime (:mod:`.runtime`), loaded on first use and
-    kept for the life of the process: from the persistent cache when an earlier process
-    stored it, else compiled (and stored); :func:`prefetch_runtime` may have read or started
-    compiling its code already."""
-    with LOCK:
-        st = _init()
-        if "runtime" not in st:
-            rt = _load_runtime()
-            reset = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int64, ctypes.c_int64)(rt.address)
-            # a forked child has none of the pool's threads (and maybe a held lock): reset it
-            os.register_at_fork(after_in_child=lambda: reset(None, None, 0, 0))
-            st["runtime"], st["runtime_reset"] = rt, reset
-        return st["runtime"].address
-
-
-@contextmanager
-def runtime_ahead() -> Iterator[None]:
-    """Around a build: make the runtime's code ready ahead of the first kernel that calls it
-    (:func:`prefetch_runtime`), and on leaving wait for a compile of it still running, so
-    that no LLVM work outlives the build (a process that forks afterwards must not fork in
-    the middle of it)."""
-    prefetch_runtime()
-    try:
-        yield
-    finally:
-        _settle_runtime()
-
-
-def prefetch_runtime() -> None:
-    """Read the runtime's code from the persistent cache, or, when it is not there, start
-    compiling it on :func:`compile_pool` while the caller lowers and emits its program (the
-    compile, about 50 ms of LLVM, otherwise runs on the calling thread when the first kernel
-    is linked); :func:`runtime_address` takes it from there.  Does nothing once the runtime
-    is loaded or its code is on the way, or without a pool (or with :data:`PREFETCH` off)."""
-    if not PREFETCH or "runtime" in _state or "runtime_code" in _state:
-        return
-    with LOCK:
-        st = _init()
-        if "runtime" in st or "runtime_code" in st:
-            return
-        found = _stored_runtime()
-        if found is not None:
-            st["runtime_code"] = found
-            return
-        pool = compile_pool()
-        if pool is not None:
-            binding()  # set up here, so that the compiling thread never waits for LOCK
-            st["runtime_code"] = pool.submit(_compile_runtime)
-
-
-def _settle_runtime() -> None:
-    """Wait for a compile of the runtime that :func:`prefetch_runtime` started (a failed one
-    is dropped: :func:`runtime_address` compiles again and reports the error)."""
-    with LOCK:
-        job = _state.get("runtime_code")
-        if job is None or isinstance(job, tuple):
-            return
-        try:
-            _state["runtime_code"] = job.result()
-        except Exception:  # noqa: BLE001 - raised again where the runtime is needed
-            del _state["runtime_code"]
-
-
-#: whether :func:`prefetch_runtime` does anything (an A/B switch of
-#: ``benchmarks/compile_time.py --ab``)
-PREFETCH = True
-
-
-def _runtime_key() -> str:
-    from .layout import RUNTIME_SYMBOL, runtime_variant
-
-    return disk_key(f"runtime|{RUNTIME_SYMBOL}|{target_key()}|{runtime_variant()}")
-
-
-def _stored_runtime() -> tuple[bytes, str, bool] | None:
-    """The runtime's object code and source from the default persistent cache, or None."""
-    from ..disk_cache import default_cache
-
-    store = default_cache()
-    entry = store.get(_runtime_key()) if store is not None else None
-    if entry is None or not isinstance(entry.get("object"), bytes):
-        return None
-    return entry["object"], str(entry.get("source", "")), True
-
-
-def _compile_runtime() -> tuple[bytes, str, bool]:
-    """The runtime's module, compiled: object code, optimised IR, and False (not stored)."""
-    from .layout import RUNTIME_SYMBOL
-    from .runtime import build_module  # llvmlite's IR builder: only when compiling
-
-    obj, source = compile_object(str(build_module()), RUNTIME_SYMBOL)
-    return obj, source, False
-
-
-def _load_runtime() -> JitFunction:
-    """The runtime's object code linked into the process-wide JIT: what
-    :func:`prefetch_runtime` made ready, else read from the persistent cache or compiled
-    here.  It is keyed in the default persistent cache like a kernel (host, versions,
-    :func:`code_version`, which covers :mod:`.runtime`); an unusable entry is compiled
-    afresh and overwritten, a new one stored."""
-    from ..disk_cache import default_cache
-    from .layout import RUNTIME_SYMBOL as SYMBOL
-
-    code = _state.pop("runtime_code", None)
-    if code is not None and not isinstance(code, tuple):  # a compile pool's future
-        code = code.result()
-    if code is None:
-        code = _stored_runtime()
-    if code is not None and code[2]:
-        try:
-            return load_object(code[0], SYMBOL, code[1], link_runtime=False)
-        except CompileError:
-            code = None
-    if code is None:
-        code = _compile_runtime()
-    rt = load_object(code[0], SYMBOL, code[1], link_runtime=False)
-    store = default_cache()
-    if store is not None:
-        store.put(_runtime_key(), {"object": code[0], "source": code[1]})
-    return rt
 
 
 def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
@@ -582,14 +455,16 @@ def load_object(obj: bytes, name: str, source: str | Callable[[], str], *,
     """Link the object code ``obj`` (made by :func:`compile_ir` on this machine) into the
     process and return its function ``name``; ``source`` is the optimised IR it came from
     (or a function that reads it, :class:`JitFunction`).
-    The runtime's symbol (:func:`runtime_address`) is resolved for it when ``obj`` refers to
-    it (the name is in its symbol table; a kernel without parallel loops does not), and so
-    are ``symbols`` (name: address; the outlined bodies a kernel calls, loaded before it).
+    The runtime's symbol (:func:`.runtime_code.runtime_address`) is resolved for it when
+    ``obj`` refers to it (the name is in its symbol table; a kernel without parallel loops
+    does not), and so are ``symbols`` (name: address; the outlined bodies a kernel calls,
+    loaded before it).
 
     On x86-64 Linux the object is mapped by :mod:`.elf` (no LLVM needed); an object that
     loader does not take, or another platform, goes through an ORC LLJIT."""
     from . import elf
     from .layout import RUNTIME_SYMBOL
+    from .runtime_code import runtime_address
 
     wants_runtime = link_runtime and RUNTIME_SYMBOL.encode() in obj
     if LOAD_WITH_ELF and elf.available():
@@ -622,6 +497,7 @@ def _load_with_lljit(obj: bytes, name: str, source: str | Callable[[], str],
             builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
             if wants_runtime:
                 from .layout import RUNTIME_SYMBOL
+                from .runtime_code import runtime_address
 
                 builder = builder.import_symbol(RUNTIME_SYMBOL, runtime_address())
             for symbol, address in symbols.items():

@@ -4,8 +4,8 @@
 ``chunk(ctx, start, stop)`` over ``0 <= start < stop <= trips`` on up to ``nthreads`` threads
 and returns the or of the chunks' statuses (0: success); a null ``chunk`` resets the thread
 pool (after ``fork``).  Kernels declare it and the JIT resolves it at link time
-(:func:`.jit.runtime_address`), so their object code holds no address and stays valid for the
-persistent cache.
+(:func:`.runtime_code.runtime_address`), so their object code holds no address and stays
+valid for the persistent cache.
 
 How it works: ``min(4 * nthreads, trips)`` contiguous chunks are claimed from an atomic counter
 in a shared record ``{next, done, status, refs, ctx, trips, chunks, fn, slots}`` (OpenMP's

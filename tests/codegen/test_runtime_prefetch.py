@@ -1,5 +1,5 @@
 """The parallel-loop runtime's code is made ready while the first program is lowered
-(:func:`tecomp.codegen.llvm.jit.prefetch_runtime`): compiled on the compile pool when the
+(:func:`tecomp.codegen.llvm.runtime_code.runtime_ahead`): compiled on the compile pool when the
 persistent cache lacks it, read from the cache otherwise, and never still compiling when the
 build returns (a process that forks then must not fork in the middle of LLVM's work).
 
@@ -23,16 +23,16 @@ CHILD = textwrap.dedent("""
     import json, os, sys, threading
     import numpy as np
     import tecomp as tc
-    from tecomp.codegen.llvm import jit
+    from tecomp.codegen.llvm import runtime_code as rc
 
     threads = []
-    compile_runtime = jit._compile_runtime
+    compile_runtime = rc._compile
 
     def recorded():
         threads.append(threading.current_thread().name)
         return compile_runtime()
 
-    jit._compile_runtime = recorded
+    rc._compile = recorded
 
     def program():
         X = tc.placeholder((64, 256), name="X")
@@ -45,9 +45,9 @@ CHILD = textwrap.dedent("""
         np.testing.assert_allclose(got, np.exp(x) * 2.0, rtol=1e-6)
 
     if sys.argv[1] == "fork":  # a build's context that linked no runtime, then a fork
-        with jit.runtime_ahead():
-            pending = not isinstance(jit._state.get("runtime_code"), tuple)
-        settled = isinstance(jit._state.get("runtime_code"), tuple)
+        with rc.runtime_ahead():
+            pending = not isinstance(rc._state.get("code"), tuple)
+        settled = isinstance(rc._state.get("code"), tuple)
         pid = os.fork()
         if pid == 0:
             try:
@@ -62,7 +62,7 @@ CHILD = textwrap.dedent("""
     else:
         k, X = program()
         check(k)
-        print(json.dumps({"threads": threads, "stored": "runtime_code" in jit._state}))
+        print(json.dumps({"threads": threads, "stored": "code" in rc._state}))
 """)
 
 
