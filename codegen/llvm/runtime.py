@@ -204,7 +204,6 @@ class _Placement:
     def __init__(self, module: ir.Module) -> None:
         self.get = T.declare(module, "sched_getaffinity", T.I32, [T.I32, T.I64, T.PTR])
         self.set = T.declare(module, "sched_setaffinity", T.I32, [T.I32, T.I64, T.PTR])
-        self.ctpop = T.declare(module, "llvm.ctpop.i64", T.I64, [T.I64])
 
     def bind(self, b: ir.IRBuilder, fn: ir.Function, arg: ir.Value) -> None:
         """At a worker's start: bind it to the ``(r + 1 + index) % count``-th CPU of its set,
@@ -218,7 +217,8 @@ class _Placement:
         rc = b.call(self.get, [_i32(0), _i64(8 * _MASK_WORDS), saved])
         with b.if_then(b.icmp_signed("!=", rc, _i32(0))):
             b.store(ir.Constant(_MASK, None), saved)
-        # the set's size, the creator's rank in it, and whether it is in it
+        # the set's size, the creator's rank in it, and whether it is in it (slots on the
+        # stack: this code runs once per worker, not worth keeping in registers)
         count, below, inside = (b.alloca(T.I64) for _ in range(3))
         for v in (count, below, inside):
             b.store(_i64(0), v)
