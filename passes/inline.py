@@ -12,7 +12,9 @@ when inlining does not raise the cost:
 
 * ``P`` is not an output and its body holds no ``Reduce`` (a reduction is never recomputed).
 * Size: (tree size of ``body``) x (number of read sites of ``P``) <= ``budget`` nodes, so a
-  stage read many times by a large consumer stays a buffer.
+  stage read many times by a large consumer stays a buffer -- unless ``P.attrs["inline"]``
+  says the op that declared it wants it inlined whatever its size (a re-indexing view, such
+  as the butterfly gradient's adjoints in the next stage's layout); the other rules hold.
 * A body with flops that depend on its axes (see :mod:`tecomp.cost`; a factor like
   ``-head / n`` is computed once outside the loops) is inlined only into a single read site whose
   indices use every loop variable enclosing the read (the consumer's axes and the axes of
@@ -233,7 +235,7 @@ def inline_stages(stages: list[Tensor], keep: set[int], *, budget: int = INLINE_
             if n:
                 readers.append(s)
                 sites += n
-        if sites and _tree_size(body, {}) * sites > budget:
+        if sites and not p.attrs.get("inline") and _tree_size(body, {}) * sites > budget:
             continue
         if any(reads_checked_in_place(s, exprs[id(s)], p) for s in readers):
             continue  # a gather or a read that may leave ``p``: the bounds pass decides it

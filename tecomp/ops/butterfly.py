@@ -340,7 +340,8 @@ def dct(X: Tensor, kind: str = "dct2", name: str | None = None, *,
     except ValueError as err:
         raise DeclarationError(f"dct of {X.name}: {err}") from None
     if fuse == "auto":
-        groups = auto_grouping(patterns, fewer_passes=n >= 1024)  # stages beyond L2
+        groups = auto_grouping(patterns, fewer_passes=n >= 1024,  # stages beyond L2
+                               fewest_passes=n >= 2048)
         patterns, factors = fuse_chain(patterns, factors, groups)
     elif fuse > 1:
         patterns, factors = fuse_chain(patterns, factors, best_grouping(patterns, fuse))

@@ -134,7 +134,8 @@ def best_grouping(patterns: Sequence[Sequence[int]], max_group: int = 2) -> list
     return best[L][2]
 
 
-def auto_grouping(patterns: Sequence[Sequence[int]], *, fewer_passes: bool = False) -> list[int]:
+def auto_grouping(patterns: Sequence[Sequence[int]], *, fewer_passes: bool = False,
+                  fewest_passes: bool = False) -> list[int]:
     """The grouping ``dct`` uses by default (measured, see below).
 
     Adjacent pairs keep the fewest multiply-adds (see above) with half the passes over the
@@ -151,8 +152,23 @@ def auto_grouping(patterns: Sequence[Sequence[int]], *, fewer_passes: bool = Fal
     1.20x (with warm caches pairs were 5% faster); ``n = 256``, where the intermediate stages
     fit in L2: pairs 0.87x, ``[3, 2, 3]`` 1.28x.  ``dct`` sets ``fewer_passes`` from
     ``n >= 1024``.
+
+    With ``fewest_passes``: ``best_grouping(patterns, 3)``, the fewest factors (groups of up
+    to three), then the fewest multiply-adds -- ``[3, 3, 2, 3]`` at ``n = 2048``, ``[3, 3, 3,
+    3]`` at 4096: one pass fewer than the grouping above for 11% and 20% more multiply-adds.
+    Measured on an Intel Xeon with AVX-512 (family 6 model 167; one thread, batch 128,
+    ``python benchmarks/bench_butterfly.py --sizes 2048 4096 8192 --fuse auto 3``, two runs):
+    ``n = 2048`` 0.73-0.74x SciPy's time against 0.83-0.84x in float64 and 0.97-1.02x against
+    1.09-1.15x in float32; 4096: 0.74-0.75x against 0.85-0.89x, 0.82-0.83x against
+    0.92-0.93x; 8192: 1.18x against 1.37x, 0.93x against 1.02x; the gradient 0.85-0.94x of
+    its time with the grouping above at 2048 and 4096 points (with the adjoints kept in
+    their own order, :data:`tecomp.ops.butterfly_grad.KEEP_ADJOINTS`).  At ``n = 512``, where
+    a stage's data fit in L2, the fewest passes were 1.1-1.5x slower than pairs; at 1024 the
+    two groupings are the same.  ``dct`` sets ``fewest_passes`` from ``n >= 2048``.
     """
     pats = [tuple(int(v) for v in p) for p in patterns]
+    if fewest_passes:
+        return best_grouping(pats, 3)
     L = len(pats)
     if L % 2:
         sizes = [2] * ((L - 3) // 2) + [3] if L >= 3 else [1]

@@ -76,6 +76,19 @@ class InputLayout:
 #: own that the inverse permutation gathers from (False: a ``tc.sum`` stage; an A/B switch)
 UNROLL_BUFFERED = True
 
+#: every staged adjoint ``D[i, l, k, n]`` keeps a buffer of its own, computed in that order,
+#: and its view in the previous stage's layout is always inlined into the next transposed
+#: stage (index arithmetic, no copy); False: the inliner's size rule decides both (an A/B
+#: switch).  Left to that rule, a stage of few terms was inlined into the view's copy,
+#: computed in the copy's row order (each row of its input read again for each of its
+#: outputs, far apart), and the view of a 16-term stage was copied (its reads times 16
+#: terms outgrew the budget): with the DCT's groups of three at 4096 points the gradient's
+#: first two transposed stages ran both ways.  One Intel Xeon core, batch 128, both builds
+#: timed round-robin in one process: the DCT-II's gradient with its default grouping at
+#: n >= 2048 (groups of three) float64 2.98 -> 1.54 ms at 2048 points and 6.86 -> 3.97 at
+#: 4096, float32 1.01 -> 0.67 and 3.00 -> 1.73 ms; with pairs (n <= 1024) unchanged.
+KEEP_ADJOINTS = True
+
 
 def _row_split(m: Index, c: int, d: int) -> tuple[Index, Index, Index]:
     return m // (c * d), m // d % c, m % d
@@ -155,13 +168,15 @@ def declare_stage_rule(out: Tensor, T: Tensor, src: Tensor, pattern: tuple[int, 
             D = tc.compute((a, d, c, batch), lambda i, l_, k, n: transposed_at(
                 i, k, l_, n, unroll and (UNROLL_BUFFERED or not layout.buffered)),
                 name=f"{y.name}_dx", tag="kron_sparse")
-            if layout.buffered and UNROLL_BUFFERED:
-                D.attrs["keep_buffer"] = True  # not inlined into the gather that reads it
+            if (layout.buffered and UNROLL_BUFFERED) or KEEP_ADJOINTS:
+                D.attrs["keep_buffer"] = True  # not inlined into what reads it
 
             def view(*point):
                 i, k, l_ = layout.split(*point[:-1])
                 return D[i, l_, k, point[-1]]
             d_src = tc.compute(layout.shape + (batch,), view, name=f"{y.name}_dx_view")
+            if KEEP_ADJOINTS:
+                d_src.attrs["inline"] = True  # a re-indexing of D: never a copy
         else:
             d_src = tc.compute(layout.shape + (batch,), transposed, name=f"{y.name}_dx",
                                tag="kron_sparse")

@@ -133,7 +133,12 @@ def test_auto_grouping_and_dct_default(rng):
     assert auto_grouping(patterns, fewer_passes=True) == [3, 2, 3]
     assert butterfly_cost(fuse_chain(pats, [np.ones(p) for p in pats], [3, 2, 2, 3])[0]) == \
         butterfly_cost(fuse_chain(pats, [np.ones(p) for p in pats], [2] * 5)[0])
-    for n in (8, 512):
+    # fewest passes (long chains): groups of up to three, one pass fewer than above
+    pats = real_butterfly(2048, "dct2")[1]
+    assert auto_grouping(pats, fewer_passes=True) == [2, 2, 2, 2, 3]
+    assert auto_grouping(pats, fewer_passes=True, fewest_passes=True) == [3, 3, 2, 3] == \
+        best_grouping(pats, 3)
+    for n in (8, 512, 2048):
         x = rng.standard_normal((n, 3))
         Xn = tc.placeholder((n, 3), name="Xn", dtype=F64)
         y = tc.build(tc.ops.dct(Xn, "dst2"), [Xn])(x)
@@ -232,16 +237,16 @@ def test_dct_without_structural_zeros_is_the_same_transform(rng, kind, n):
 
 @pytest.mark.parametrize("keep", [True, False])
 def test_the_staged_last_factor_keeps_its_buffer(rng, keep, monkeypatch):
-    """At 2048 points the output end is a pair of factors, 8 terms: small enough that the
-    inliner would compute them in the copy's row order (each input row re-read by the 4
-    outputs it feeds); the staged stage keeps its buffer (``KEEP_STAGED``)."""
+    """At 2048 points grouped in pairs the output end is a pair of factors, 8 terms: small
+    enough that the inliner would compute them in the copy's row order (each input row
+    re-read by the 4 outputs it feeds); the staged stage keeps its buffer (``KEEP_STAGED``)."""
     from tecomp.loopir import Allocate
     from tecomp.ops import butterfly
     from tecomp.stmt_functor import walk_stmt
 
     monkeypatch.setattr(butterfly, "KEEP_STAGED", keep)
     X = tc.placeholder((2048, 3), name="X", dtype=F64)
-    k = tc.build(tc.ops.dct(X), [X])
+    k = tc.build(tc.ops.dct(X, fuse=2), [X])
     temps = [s.buffer.name for s in walk_stmt(k.ir.body) if isinstance(s, Allocate)]
     assert any(t.endswith("_staged") for t in temps) == keep
     x = rng.standard_normal((2048, 3))
