@@ -1,4 +1,4 @@
-"""A/B of twenty-seven steps of the CPU target, each switched off alone, against the full schedule:
+"""A/B of the steps of the CPU target, each switched off alone, against the full schedule:
 
 * ``phases``: a stage per stride phase when window widths differ (:mod:`tecomp.passes.phase_split`);
 * ``rows``: packed row operands of the register tiles (``microkernel.row_operand``);
@@ -71,6 +71,9 @@
   compiled for more cores than a call uses: ``--unpinned --threads 1``.
 * ``keep_staged``: the DCT's staged last factor keeps its buffer (``butterfly.KEEP_STAGED``;
   off: the inliner may compute it in the copy's row order, as it did at 2048 points).
+* ``keep_adjoints``: the butterfly gradient's staged adjoints keep their buffers, their views
+  always inlined (``butterfly_grad.KEEP_ADJOINTS``; off: the inliner's size rule decides,
+  which computed the DCT's first transposed stages in their copies' row order).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -166,6 +169,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "row_chunks": patch([(sum_order, "COLUMN_CHUNKS", False)]),
         "slots": patch([(column_blocks, "SLOTS", False)]),
         "keep_staged": patch([(butterfly, "KEEP_STAGED", False)]),
+        "keep_adjoints": patch([(butterfly_grad, "KEEP_ADJOINTS", False)]),
         "hand_inward": patch([(cpu_schedule, "HAND_INWARD", False)]),
     }
 
@@ -259,7 +263,7 @@ def programs():
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
-            [G], steps + ("unrolled_adjoint",)
+            [G], steps + ("unrolled_adjoint", "keep_adjoints")
     X = tc.placeholder((4096, 4096), name="X")
     k = tc.reduce_axis(4096, name="k")
     Y = tc.compute((4096,), lambda i: tc.sum(X[i, k], axis=k), name="Y")
