@@ -131,16 +131,15 @@ def _data_offset() -> int | None:
     return None
 
 
-_DATA_OFFSET = _data_offset()
 #: where an array object keeps its data pointer (None: use ``.ctypes.data``)
-DATA_OFFSET = _DATA_OFFSET
+DATA_OFFSET = _data_offset()
 
 
 def data_address(a: np.ndarray) -> int:
     """``a.ctypes.data`` (a tenth of its cost where :func:`_data_offset` found the field)."""
-    if _DATA_OFFSET is None:
+    if DATA_OFFSET is None:
         return a.ctypes.data
-    return ctypes.c_void_p.from_address(id(a) + _DATA_OFFSET).value or 0
+    return ctypes.c_void_p.from_address(id(a) + DATA_OFFSET).value or 0
 
 
 # Results of at least this many bytes start on a 64-byte boundary (a cache line, an AVX-512

@@ -13,8 +13,7 @@ Stages, each reported by name in a :class:`~tecomp.errors.CompileError` when it 
   Python has loaded) and the parallel-loop runtime (:mod:`.runtime`, linked once per
   process by :mod:`.runtime_code`): on x86-64 Linux by the backend's own loader
   (:mod:`.elf`), elsewhere, or for an object that loader does not take, by an ORC LLJIT of
-  its own.  An unresolved symbol is an
-  error here, never a crash.
+  its own.  An unresolved symbol is an error here, never a crash.
 
 Object code from the persistent cache only needs the last stage (:func:`load_object`), and
 that needs no target machine and, through :mod:`.elf`, not even LLVM: llvmlite's binding is

@@ -150,7 +150,7 @@ class _CpuLoop:
     written out for the 16 words of a mask it was half of the runtime's code."""
 
     def __init__(self, b: ir.IRBuilder, fn: ir.Function, mask: ir.Value, name: str) -> None:
-        self.b, self.fn, self.mask = b, fn, mask
+        self.b, self.mask = b, mask
         self.head, self.body, self.done = (fn.append_basic_block(f"{name}.{x}")
                                            for x in ("head", "body", "done"))
 

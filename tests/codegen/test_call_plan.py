@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tecomp as tc
-from tecomp.codegen.call_plan import _DATA_OFFSET, data_address
+from tecomp.codegen.call_plan import DATA_OFFSET, data_address
 from tecomp.errors import ArgumentError
 
 n = tc.var("n")
@@ -34,7 +34,7 @@ def test_data_address_matches_ctypes():
               np.zeros((3, 4), np.int16).T, np.empty(0), np.ones(())]
     for a in arrays:
         assert data_address(a) == a.ctypes.data
-    assert _DATA_OFFSET is not None  # CPython with NumPy: the fast path is in use
+    assert DATA_OFFSET is not None  # CPython with NumPy: the fast path is in use
 
 
 def test_repeated_calls_with_one_and_several_shapes():
