@@ -234,7 +234,7 @@ class StmtEmitter(ExprEmitter):
             # unrolled whole; left to LLVM's own choice, a window's three digit steps measured
             # a stride-2 3x3 convolution's gradient 6% slower)
             latch.set_metadata("llvm.loop", T.loop_id(self.b.module,
-                                                     ("llvm.loop.unroll.count", s.unroll)))
+                                                      ("llvm.loop.unroll.count", s.unroll)))
         elif (KEEP_TILE_LOOPS and _tile_steps(s)) or (KEEP_OUTER_LOOPS and _outer_of_long(s)):
             latch.set_metadata("llvm.loop", T.loop_id(self.b.module, "llvm.loop.unroll.disable"))
         self.b.position_at_end(done)
