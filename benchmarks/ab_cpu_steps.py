@@ -34,6 +34,9 @@
   (``emit_expr.SHARE_INDICES``; off: once per statement, LLVM removes the copies);
 * ``outer_loops``: loops of constant bounds around a loop LLVM would not unroll whole left
   rolled (``emit.KEEP_OUTER_LOOPS``; off: LLVM may unroll them whole);
+* ``inner_rows``: an innermost loop of constant trips inside another loop, reading a row,
+  left rolled for LLVM's vectoriser (``emit.KEEP_INNER_ROWS``; off: LLVM may unroll it whole
+  and vectorise the loop around it through gathers);
 * ``column_blocks``: a chain of stages that keep to their columns (the real DCT's butterfly
   stages) run block of columns by block (``column_blocks.COLUMN_BLOCKS``; off: stage by
   stage over all columns);
@@ -154,6 +157,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "whole_packs": patch([(microkernel, "WHOLE_PACKS", False)]),
         "share_indices": patch([(emit_expr, "SHARE_INDICES", False)]),
         "outer_loops": patch([(emit, "KEEP_OUTER_LOOPS", False)]),
+        "inner_rows": patch([(emit, "KEEP_INNER_ROWS", False)]),
         "column_blocks": patch([(column_blocks, "COLUMN_BLOCKS", False)]),
         "row_groups": patch([(row_groups, "ROW_GROUPS", False)]),
         "pack_columns": patch([(column_blocks, "PACK", False)]),
@@ -215,7 +219,7 @@ def programs():
             yield f"{name} grad", grads, gins, steps
             continue
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
-                 "share_indices", "outer_loops",
+                 "share_indices", "outer_loops", "inner_rows",
                  "column_blocks", "aligned_heap", "backend_unroll", "backend_digits")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
@@ -227,10 +231,12 @@ def programs():
     relu = tc.compute(h.shape, lambda i, j: tc.maximum(h[i, j], 0.0), name="relu")
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
-        ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll")
+        ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
+         "inner_rows")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
-                                 "share_indices", "whole_packs", "aligned_heap", "backend_unroll")
+                                 "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
+                                 "inner_rows")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
@@ -238,20 +244,20 @@ def programs():
         Hd = tc.placeholder(hd.shape, name="H")
         yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
             ("dot_unroll", "transposed_pack", "share_indices", "whole_packs", "aligned_heap",
-             "backend_unroll")
+             "backend_unroll", "inner_rows")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs",
-                               "aligned_heap", "backend_unroll", "row_chunks")
+                               "aligned_heap", "backend_unroll", "row_chunks", "inner_rows")
     X, g, b = (tc.placeholder((2048, 768), name="X"), tc.placeholder((768,), name="g"),
                tc.placeholder((768,), name="b"))
     Y = tc.ops.layer_norm(X, g, b)
     H = tc.placeholder(Y.shape, name="H")
     yield "layer norm 2048x768 grad", list(tc.gradient(Y, [X, g, b], head=H)), [X, g, b, H], \
-        ("row_chunks",)
+        ("row_chunks", "inner_rows")
     S = tc.placeholder((8192, 768), name="S")
     t = tc.reduce_axis(8192, name="t")
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),
-                                             name="Y")], [S], ("row_chunks",)
+                                             name="Y")], [S], ("row_chunks", "inner_rows")
     for n, dtype in ((256, "float64"), (512, "float64"), (1024, "float64"), (2048, "float64"),
                      (4096, "float64"), (4096, "float32"), (512, "float32"), (1024, "float32"),
                      (2048, "float32")):
@@ -259,7 +265,7 @@ def programs():
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
-                 "fit_l2", "slots", "keep_staged")
+                 "fit_l2", "slots", "keep_staged", "inner_rows")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
