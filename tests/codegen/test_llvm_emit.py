@@ -480,3 +480,22 @@ def test_short_rows_inside_a_loop_are_vectorised_along_the_row(rng, width):
     x = rng.standard_normal((37, width)).astype(np.float32)
     np.testing.assert_allclose(kernel(x), x.mean(axis=1), rtol=1e-5, atol=1e-6)
     assert "masked.gather" not in kernel.source
+
+
+def test_product_with_one_plus_is_one_multiply_add(rng):
+    """``a * (1 + y)`` is emitted as ``a + a * y``, which LLVM contracts to ``fma(a, y, a)``
+    on an FMA host: the exact ``a (1 + y)`` rounded once (within half an ulp), where
+    rounding ``1 + y`` first, then the product, is off by up to about one ulp."""
+    from tecomp.host import describe
+
+    if not describe().fma:
+        pytest.skip("no FMA on this host: the multiply and the add round apart")
+    n = 1 << 16
+    A, Y = tc.placeholder((n,), name="A"), tc.placeholder((n,), name="Y")
+    out = tc.compute((n,), lambda i: A[i] * (1.0 + Y[i]), name="out")
+    a = rng.standard_normal(n).astype(np.float32)
+    y = rng.uniform(-0.9, 0.9, n).astype(np.float32)
+    got = tc.build(out, [A, Y])(a, y).astype(np.float64)
+    exact = a.astype(np.float64) * (1.0 + y.astype(np.float64))
+    ulp = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+    assert (np.abs(got - exact) / ulp).max() <= 0.5 + 1e-9
