@@ -53,6 +53,10 @@
   zeros (``butterfly.SPARSE_TERMS``; off: every product written out).
 * ``fit_l2``: column blocks of one vector where two would not fit the largest intermediate's
   part in half of L2 (``column_blocks.FIT_L2``; off: always the widest block).
+* ``small_runs``: chains whose intermediates fit in half of L2 blocked too
+  (``column_blocks.SMALL_RUNS``; off: only larger ones);
+* ``fit_l1``: the widest column block whose part of the largest intermediate fits in L1,
+  where one does (``column_blocks.FIT_L1``; off: the widest within half of L2);
 * ``stream``: non-temporal stores into outputs larger than the last-level cache
   (``stream.STREAM``; off: plain stores).
 * ``aligned_heap``: temporaries on the heap (packed panels) at 64-byte boundaries
@@ -165,6 +169,8 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "unrolled_adjoint": patch([(butterfly_grad, "UNROLL_BUFFERED", False)]),
         "sparse_terms": patch([(butterfly, "SPARSE_TERMS", False)]),
         "fit_l2": patch([(column_blocks, "FIT_L2", False)]),
+        "small_runs": patch([(column_blocks, "SMALL_RUNS", False)]),
+        "fit_l1": patch([(column_blocks, "FIT_L1", False)]),
         "stream": patch([(stream, "STREAM", False)]),
         "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
         "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
@@ -259,13 +265,13 @@ def programs():
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),
                                              name="Y")], [S], ("row_chunks", "inner_rows")
     for n, dtype in ((256, "float64"), (512, "float64"), (1024, "float64"), (2048, "float64"),
-                     (4096, "float64"), (4096, "float32"), (512, "float32"), (1024, "float32"),
-                     (2048, "float32")):
+                     (4096, "float64"), (4096, "float32"), (128, "float32"), (256, "float32"),
+                     (512, "float32"), (1024, "float32"), (2048, "float32")):
         X = tc.placeholder((n, 128), name="X", dtype=dtype)
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
-                 "fit_l2", "slots", "keep_staged", "inner_rows")
+                 "fit_l2", "slots", "keep_staged", "inner_rows", "small_runs", "fit_l1")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \

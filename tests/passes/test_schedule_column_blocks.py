@@ -208,16 +208,37 @@ def test_stages_that_read_other_columns_are_left_alone(read):
     assert block_columns(func, SMALL) is func
 
 
-def test_small_chains_and_the_switch_leave_the_program_alone():
+def test_small_chains_are_blocked_too_and_the_switches_leave_the_program_alone():
     outs, ins = _chain("column")
-    func, _ = lower_program(outs, ins)
+    func, constants = lower_program(outs, ins)
     big = Host(vector_bits=256, fma=True, cores=2, l1d=32768, l2=1 << 20, l3=0)
-    assert block_columns(func, big) is func  # 64 KiB of intermediates: they meet in L2
+    blocked = block_columns(func, big)  # 64 KiB of intermediates, within half of L2
+    assert blocked is not func
+    x = np.random.default_rng(4).standard_normal((64, 64))
+    _same_when_interpreted(func, blocked, constants, [x])
+    column_blocks.SMALL_RUNS = False
+    try:
+        assert block_columns(func, big) is func  # the rule before: they meet in L2
+    finally:
+        column_blocks.SMALL_RUNS = True
     column_blocks.COLUMN_BLOCKS = False
     try:
         assert block_columns(func, SMALL) is func
     finally:
         column_blocks.COLUMN_BLOCKS = True
+
+
+def test_the_block_is_the_widest_whose_part_fits_in_l1_where_one_does():
+    from tecomp.passes.schedule.cpu.column_blocks import _block_width
+
+    # 128 columns of 16 lanes, 2 KiB a column of the largest intermediate: two vectors a
+    # row are 64 KiB, one 32 KiB
+    assert _block_width(128, 16, 2048, 1 << 20, 48 << 10) == 16
+    assert _block_width(128, 16, 2048, 1 << 20, 0) == 32  # without the L1 rule
+    assert _block_width(128, 16, 512, 1 << 20, 48 << 10) == 32  # both fit: the widest
+    # neither fits in L1: the widest within half of L2, as before
+    assert _block_width(128, 16, 8192, 1 << 20, 48 << 10) == 32
+    assert _block_width(128, 16, 65536, 1 << 20, 48 << 10) == 16
 
 
 def test_a_stage_reading_outside_its_group_ends_the_tree():

@@ -61,9 +61,10 @@ a store or load (in no loop bound, let or other index); every buffer stored in t
 indexed that way in every access in the run.  Then column ``c`` of each stage is computed from
 column ``c`` of buffers the run writes (and from anything the run only reads), so running the
 nests in order for each block of columns computes exactly what running them in order over all
-columns does, and distinct blocks touch distinct columns.  Only runs of two or more nests whose
-intermediates (buffers allocated at the top and used only in the run) exceed half of L2 are
-blocked: below that the stages already meet in cache.
+columns does, and distinct blocks touch distinct columns.  Runs of two or more nests with
+intermediates (buffers allocated at the top and used only in the run) are blocked, however
+small (:data:`SMALL_RUNS`: the stages of a run that fits in L2 also meet closer to the core a
+block at a time).
 """
 
 from __future__ import annotations
@@ -100,6 +101,22 @@ PACK = True
 #: set a running thread, a serial call reusing one set for all chunks) rather than by the
 #: chunk (one set a chunk; an A/B switch)
 SLOTS = True
+
+#: block runs whose intermediates fit in half of L2 too (False: only larger ones, the rule
+#: before: "below that the stages already meet in cache").  Meeting in L2 was not enough: the
+#: DCT-II of batch 128 (one Intel Xeon core, in one process, time unblocked / blocked) at 64
+#: points 2.3x (float32) and 2.0x (float64), at 128 points float32 1.45-1.6x (its gradient
+#: 1.6x), at 256 points float32 1.04-1.06x (gradient 1.3x); no other program of the CPU
+#: benchmark's suites or of ``benchmarks/ab_cpu_steps.py`` has such a run (their code is the
+#: same either way)
+SMALL_RUNS = True
+
+#: the widest block whose part of the largest intermediate fits in L1, where one does (False:
+#: the widest within half of L2).  The DCT-II of batch 128 at 256 points is the case (a row
+#: of 2 float32 vectors: 64 KiB of the largest intermediate, of one: 32 KiB in a 48 KiB L1):
+#: one vector a row 1.08-1.14x faster than two, its gradient 1.05-1.06x (one Intel Xeon core;
+#: float64 0.99-1.02x); every larger transform keeps the rule below
+FIT_L1 = True
 
 #: a fixed block width instead of the rule above (the A/B tools' override; None: the rule)
 WIDTH: int | None = None
@@ -212,17 +229,19 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     temps = [b for b in allocs if b in stored and b.dtype in _ELEM
              and all(isinstance(d, E.Const) for d in b.shape)]
     half_l2 = host.l2 // 2
-    if sum(_elements(b) // N * _ELEM[b.dtype] for b in temps) * N <= half_l2:
+    floor = 0 if SMALL_RUNS else half_l2
+    if not temps or sum(_elements(b) // N * _ELEM[b.dtype] for b in temps) * N <= floor:
         return None  # too small even before the ones used outside the run are left out
     # (checked first: the rest of the program is walked only for runs that may qualify)
     outside = {buf for s in rest for buf, _ in accesses(s)}
     temps = [b for b in temps if b not in outside]
     per_column = sum(_elements(b) // N * _ELEM[b.dtype] for b in temps)
-    if not temps or per_column * N <= half_l2:
+    if not temps or per_column * N <= floor:
         return None
     lanes = host.lanes(min(_ELEM[b.dtype] for b in temps))
     largest = max(_elements(b) // N * _ELEM[b.dtype] for b in temps)  # bytes a column
-    width = WIDTH or _block_width(N, lanes, largest if FIT_L2 else 0, half_l2)
+    width = WIDTH or _block_width(N, lanes, largest if FIT_L2 else 0, half_l2,
+                                  host.l1d if FIT_L1 else 0)
     if width is None:
         return None
     blocks = N // width
@@ -307,14 +326,18 @@ def _elements(b: Buffer) -> int:
     return count
 
 
-def _block_width(N: int, lanes: int, column_bytes: int = 0, fits: int = 0) -> int | None:
+def _block_width(N: int, lanes: int, column_bytes: int = 0, fits: int = 0,
+                 near: int = 0) -> int | None:
     """The widest block of at most :data:`VECTORS` vectors of ``lanes`` that divides ``N``
     into two blocks or more and whose part of the largest intermediate (``column_bytes`` a
-    column) is at most ``fits`` bytes; the narrowest when none is that small; None when no
-    width divides ``N``."""
+    column) is at most ``near`` bytes (L1, :data:`FIT_L1`), else at most ``fits`` (half of
+    L2); the narrowest when none is that small; None when no width divides ``N``."""
     widths = [w for w in range(lanes, min(VECTORS * lanes, N // 2) + 1, lanes) if N % w == 0]
     if not widths:
         return None
+    close = [w for w in widths if w * column_bytes <= near]
+    if close:
+        return max(close)
     small = [w for w in widths if w * column_bytes <= fits]
     return max(small) if small else min(widths)
 
