@@ -57,6 +57,9 @@
   (``column_blocks.SMALL_RUNS``; off: only larger ones);
 * ``fit_l1``: the widest column block whose part of the largest intermediate fits in L1,
   where one does (``column_blocks.FIT_L1``; off: the widest within half of L2);
+* ``group_l1``: tree-shaped stages of a column block run group of rows by group wherever the
+  block's part of the largest intermediate exceeds L1 (``column_blocks.GROUP_IN_L1``; off:
+  only above half of L2);
 * ``stream``: non-temporal stores into outputs larger than the last-level cache
   (``stream.STREAM``; off: plain stores).
 * ``aligned_heap``: temporaries on the heap (packed panels) at 64-byte boundaries
@@ -171,6 +174,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "fit_l2": patch([(column_blocks, "FIT_L2", False)]),
         "small_runs": patch([(column_blocks, "SMALL_RUNS", False)]),
         "fit_l1": patch([(column_blocks, "FIT_L1", False)]),
+        "group_l1": patch([(column_blocks, "GROUP_IN_L1", False)]),
         "stream": patch([(stream, "STREAM", False)]),
         "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
         "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
@@ -271,7 +275,8 @@ def programs():
         Y = tc.ops.dct(X)
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
-                 "fit_l2", "slots", "keep_staged", "inner_rows", "small_runs", "fit_l1")
+                 "fit_l2", "slots", "keep_staged", "inner_rows", "small_runs", "fit_l1",
+                 "group_l1")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \

@@ -28,7 +28,8 @@ SMALL = Host(vector_bits=256, fma=True, cores=2, l1d=4096, l2=8192, l3=0)
 @pytest.fixture(autouse=True)
 def _widest_blocks(monkeypatch):
     """The tests here were written for the widest block (two vectors); narrowing a block to
-    one vector where two would not fit half of L2 (``FIT_L2``) has a test of its own."""
+    one vector where two would not fit half of L2 (``FIT_L2``, which also gates the L1 rule
+    ``FIT_L1``: no column sizes without it) has tests of its own."""
     monkeypatch.setattr(column_blocks, "FIT_L2", False)
 
 
@@ -157,6 +158,28 @@ def test_tree_stages_run_group_by_group_with_group_sized_intermediates():
         row_groups.ROW_GROUPS = True
     assert not [s for s in walk_stmt(plain.body) if isinstance(s, For) and s.var.name == "g"]
     _same_when_interpreted(func, plain, constants, [x])
+
+
+def test_tree_stages_are_grouped_where_a_block_part_exceeds_l1_but_fits_in_l2():
+    """The DCT chain of 64 points and 16 float64 columns: a block's part of the largest
+    intermediate (8 KiB at the widest block, which these tests take) is above a 4 KiB L1 and
+    within half of a 64 KiB L2 -- grouped with ``GROUP_IN_L1``, not without."""
+    outs, ins = _dct(64, 16)
+    func, constants = lower_program(outs, ins)
+    roomy = Host(vector_bits=256, fma=True, cores=2, l1d=4096, l2=65536, l3=0)
+
+    def groups(f):
+        return [s for s in walk_stmt(f.body) if isinstance(s, For) and s.var.name == "g"]
+
+    blocked = block_columns(func, roomy)
+    assert groups(blocked)
+    x = np.random.default_rng(5).standard_normal((64, 16))
+    _same_when_interpreted(func, blocked, constants, [x])
+    column_blocks.GROUP_IN_L1 = False
+    try:
+        assert not groups(block_columns(func, roomy))
+    finally:
+        column_blocks.GROUP_IN_L1 = True
 
 
 @pytest.mark.parametrize("n, dtype", [(256, "float64"), (256, "float32"), (1024, "float64")])

@@ -47,12 +47,13 @@ one vector a row is faster (``FIT_L2``; ``python -m benchmarks.ab_cpu_steps --on
 gradients 0-8%; at 1024 and 2048 points, where two vectors fit, one vector was 2-6% slower);
 the innermost loop becomes a lane loop
 (:mod:`tecomp.lanes`) where its body has that form, emitted as ``B``-wide vector operations.
-Where a block's part of a stage exceeds half of L2 (1 MiB at 4096 points and 16 float64
-columns), stages shaped as a tree (each block of rows of a stage made of whole blocks of the
-one before, as the early butterfly factors are) run group of rows by group within the block
-(:mod:`.row_groups`), so that they meet in L2; below that they meet there anyway, and the
-groups' loops only cost (the DCT-II at 1024 points: 5% slower with them, at 4096 in float32
-4% faster).
+Where a block's part of a stage exceeds L1 (128 KiB at 1024 points and 32 float32 columns),
+stages shaped as a tree (each block of rows of a stage made of whole blocks of the one before,
+as the early butterfly factors are) run group of rows by group within the block
+(:mod:`.row_groups`), so that they meet closer to the core (:data:`GROUP_IN_L1`; the rule
+before grouped only above half of L2, where an earlier measurement had found the groups'
+loops 5% slower at 1024 points: on this project's current machine they are 5-14% faster
+there).
 
 Legality.  A run of consecutive top-level nests qualifies when each is a perfect nest (loops
 and lets) whose innermost loop ``for (n, 0, N)`` (constant ``N``, the same for the run) holds
@@ -117,6 +118,14 @@ SMALL_RUNS = True
 #: one vector a row 1.08-1.14x faster than two, its gradient 1.05-1.06x (one Intel Xeon core;
 #: float64 0.99-1.02x); every larger transform keeps the rule below
 FIT_L1 = True
+
+#: run tree-shaped stages group of rows by group wherever a block's part of the largest
+#: intermediate exceeds L1 (False: only where it exceeds half of L2, so that they meet in
+#: L2).  DCT-II of batch 128, one Intel Xeon core, in one process, time without / with: at
+#: 1024 points float32 1.07-1.14x, float64 1.05-1.09x; 2048 points float32 1.12x, float64
+#: 1.13-1.17x; 4096 points float32 1.19-1.25x, float64 1.21x; 512 points 0.97-1.02x (the
+#: gradients, whose transposed stages are no tree, 0.98-1.02x)
+GROUP_IN_L1 = True
 
 #: a fixed block width instead of the rule above (the A/B tools' override; None: the rule)
 WIDTH: int | None = None
@@ -268,7 +277,7 @@ def _block_run(run: list[Stmt], nests: list[tuple[For, int]], rest: list[Stmt],
     body = [_Columns(inner.var, slot, start, views, width).visit(s)
             for s, (inner, _) in zip(run, nests)]
     cut: dict[Buffer, Buffer] = {}
-    if largest * width > half_l2:
+    if largest * width > (host.l1d if GROUP_IN_L1 else half_l2):
         body, cut = group_rows(body, {reshaped[b] for b in temps}, names)
     body = [_pack(b, new, slot, start, width, names) for b, new in packed.items()] + body
     body, dropped = forward_copies(body, {cut.get(reshaped[b], reshaped[b]) for b in temps})
