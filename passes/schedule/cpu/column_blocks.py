@@ -47,7 +47,7 @@ one vector a row is faster (``FIT_L2``; ``python -m benchmarks.ab_cpu_steps --on
 gradients 0-8%; at 1024 and 2048 points, where two vectors fit, one vector was 2-6% slower);
 the innermost loop becomes a lane loop
 (:mod:`tecomp.lanes`) where its body has that form, emitted as ``B``-wide vector operations.
-Where a block's part of a stage exceeds L1 (128 KiB at 1024 points and 32 float32 columns),
+Where a block's part of a stage exceeds L1 (256 KiB at 1024 points and 32 float32 columns),
 stages shaped as a tree (each block of rows of a stage made of whole blocks of the one before,
 as the early butterfly factors are) run group of rows by group within the block
 (:mod:`.row_groups`), so that they meet closer to the core (:data:`GROUP_IN_L1`; the rule
