@@ -60,6 +60,8 @@
 * ``group_l1``: tree-shaped stages of a column block run group of rows by group wherever the
   block's part of the largest intermediate exceeds L1 (``column_blocks.GROUP_IN_L1``; off:
   only above half of L2);
+* ``one_plus``: a float ``a * (1 + y)`` emitted as ``a + a * y``, one multiply-add
+  (``emit_expr.FMA_ONE_PLUS``; off: the product);
 * ``stream``: non-temporal stores into outputs larger than the last-level cache
   (``stream.STREAM``; off: plain stores).
 * ``aligned_heap``: temporaries on the heap (packed panels) at 64-byte boundaries
@@ -113,7 +115,7 @@ if __package__ in (None, ""):
 os.environ.setdefault("TECOMP_CACHE", "0")
 
 import tecomp as tc  # noqa: E402
-from benchmarks.bench_cpu_cases import _cross_entropy_tc  # noqa: E402
+from benchmarks.bench_cpu_cases import _cross_entropy_tc, gelu_erf_tc, gelu_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import emit, emit_expr, parts, stream  # noqa: E402
@@ -175,6 +177,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "small_runs": patch([(column_blocks, "SMALL_RUNS", False)]),
         "fit_l1": patch([(column_blocks, "FIT_L1", False)]),
         "group_l1": patch([(column_blocks, "GROUP_IN_L1", False)]),
+        "one_plus": patch([(emit_expr, "FMA_ONE_PLUS", False)]),
         "stream": patch([(stream, "STREAM", False)]),
         "aligned_heap": patch([(emit, "ALIGNED_HEAP", False)]),
         "direct_inits": patch([(lower, "DIRECT_INITS", False)]),
@@ -281,6 +284,9 @@ def programs():
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
             [G], steps + ("unrolled_adjoint", "keep_adjoints")
+    X = tc.placeholder((2048, 2048), name="X")
+    for form, gelu in (("erf", gelu_erf_tc), ("tanh", gelu_tc)):
+        yield f"GELU ({form}) 2048x2048 fwd", [gelu(X)], [X], ("one_plus",)
     X = tc.placeholder((4096, 4096), name="X")
     k = tc.reduce_axis(4096, name="k")
     Y = tc.compute((4096,), lambda i: tc.sum(X[i, k], axis=k), name="Y")

@@ -75,6 +75,11 @@ def _arith_rule(fop: str, iop: str) -> Callable[[ExprEmitter, E.BinaryOp], ir.Va
     return rule
 
 
+#: emit a float ``a * (1 + y)`` as ``a + a * y`` (:meth:`ExprEmitter.visit_Mul`; an A/B
+#: switch of ``benchmarks/ab_cpu_steps.py``, step ``one_plus``)
+FMA_ONE_PLUS = True
+
+
 def _one_plus(e: E.Expr) -> E.Expr | None:
     """``y`` when ``e`` is ``1 + y`` or ``y + 1`` (a float constant 1), else None."""
     if isinstance(e, E.Add):
@@ -255,11 +260,12 @@ class ExprEmitter:
         multiply-add where the host has one: ``fma(a, y, a)`` is the exact ``a (1 + y)``
         rounded once, where the product rounds ``1 + y`` first, and one operation fewer
         (GELU's ``0.5 x (1 + erf(x / sqrt(2)))``: 2048x2048 float32, one Intel Xeon core,
-        1.79 against 1.83 ms, two cores 1.08 against 1.14, round-robin in one process).
+        1.79 against 1.83 ms, two cores 1.08 against 1.14, round-robin in one process;
+        ``python -m benchmarks.ab_cpu_steps --only one_plus``).
         The distribution is one the float flags' ``reassoc`` already allows LLVM; its one
         difference beyond rounding: ``a = +-inf`` with ``y = 0`` gives NaN, not ``+-inf``.
         Anything else: the product."""
-        if T.is_float(e.dtype):
+        if FMA_ONE_PLUS and T.is_float(e.dtype):
             for a, other in ((e.a, e.b), (e.b, e.a)):
                 y = _one_plus(other)
                 if y is not None:
