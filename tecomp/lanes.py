@@ -23,7 +23,8 @@ from . import expr as E
 from .loopir import Buffer, BufferLoad, For, Seq, Store
 from .stmt_functor import expr_children
 
-__all__ = ["OPS", "lane_count", "lane_index", "reads_buffer", "stream_form", "vector_form"]
+__all__ = ["OPS", "Uses", "contiguous", "lane_count", "lane_index", "reads_buffer", "stream_form",
+           "vector_form"]
 
 _FLOAT = ("float32", "float64")
 OPS = {E.Add: "fadd", E.Sub: "fsub", E.Mul: "fmul", E.Div: "fdiv"}
@@ -82,7 +83,7 @@ def _coefficient(e: E.Expr, v: E.Var, uses: Uses | None = None) -> int | None:
     return None
 
 
-def _contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var,
+def contiguous(buf: Buffer, indices: tuple[E.Expr, ...], v: E.Var,
                 uses: Uses | None = None) -> bool:
     """Whether consecutive ``v`` address consecutive elements: the last index, after any
     trailing zeros into dimensions of extent 1 (``W[o, c, 0, 0]``), moves by one, the
@@ -119,7 +120,7 @@ def _vector_node(e: E.Expr, v: E.Var, dtype: str, uses: Uses, memo: _Memo) -> bo
     if e.dtype != dtype:
         return False
     if isinstance(e, BufferLoad):
-        return e.buffer.dtype == dtype and _contiguous(e.buffer, e.indices, v, uses)
+        return e.buffer.dtype == dtype and contiguous(e.buffer, e.indices, v, uses)
     if type(e) in OPS or isinstance(e, (E.Max, E.Min)):
         return _vectorisable(e.a, v, dtype, uses, memo) and \
             _vectorisable(e.b, v, dtype, uses, memo)
@@ -173,7 +174,7 @@ def vector_form(s: For) -> tuple[int, list[Store]] | None:
         dt = st.buffer.dtype
         if dt not in _FLOAT or st.reduce not in (None, "sum"):
             return None
-        if not _contiguous(st.buffer, st.indices, s.var, uses) \
+        if not contiguous(st.buffer, st.indices, s.var, uses) \
                 or not _vectorisable(st.value, s.var, dt, uses):
             return None
     return n, stores
@@ -192,7 +193,7 @@ def stream_form(s: For) -> Store | None:
             or st.buffer.dtype not in _FLOAT:
         return None
     uses = Uses(s.var)
-    if not _contiguous(st.buffer, st.indices, s.var, uses) \
+    if not contiguous(st.buffer, st.indices, s.var, uses) \
             or not _vectorisable(st.value, s.var, st.buffer.dtype, uses) \
             or reads_buffer(st.value, st.buffer):
         return None

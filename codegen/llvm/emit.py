@@ -44,7 +44,7 @@ from llvmlite import ir
 from ... import expr as E
 from ...errors import CompileError
 from ...functor import free_vars
-from ...lanes import Uses, lane_index, reads_buffer
+from ...lanes import Uses, contiguous, reads_buffer
 from ...loopir import (
     Allocate,
     Buffer,
@@ -501,15 +501,9 @@ def _inner_row(s: For) -> bool:
     if any(isinstance(x, For) for x in walk_stmt(s.body)):
         return False
     uses = Uses(s.var)
-    for st in walk_stmt(s.body):
-        if not isinstance(st, Store):
-            continue
-        for e in walk_expr(st.value):
-            if isinstance(e, BufferLoad) and e.indices and \
-                    lane_index(e.indices[-1], s.var, uses) == 1 and \
-                    all(lane_index(x, s.var, uses) == 0 for x in e.indices[:-1]):
-                return True
-    return False
+    return any(isinstance(e, BufferLoad) and contiguous(e.buffer, e.indices, s.var, uses)
+               for st in walk_stmt(s.body) if isinstance(st, Store)
+               for e in walk_expr(st.value))
 
 
 #: the trips of an innermost row loop inside another loop left rolled for LLVM's vectoriser
