@@ -86,6 +86,9 @@
 * ``keep_adjoints``: the butterfly gradient's staged adjoints keep their buffers, their views
   always inlined (``butterfly_grad.KEEP_ADJOINTS``; off: the inliner's size rule decides,
   which computed the DCT's first transposed stages in their copies' row order).
+* ``one_column_loop``: the columns past a plain-order contraction's whole tiles computed a
+  column at a time by one reduction loop for the tile's rows (``gemm_dot.ONE_COLUMN_LOOP``;
+  off: a reduction loop a row).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -188,6 +191,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "keep_staged": patch([(butterfly, "KEEP_STAGED", False)]),
         "keep_adjoints": patch([(butterfly_grad, "KEEP_ADJOINTS", False)]),
         "hand_inward": patch([(cpu_schedule, "HAND_INWARD", False)]),
+        "one_column_loop": patch([(gemm_dot, "ONE_COLUMN_LOOP", False)]),
     }
 
 
@@ -261,6 +265,14 @@ def programs():
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs",
                                "aligned_heap", "backend_unroll", "row_chunks", "inner_rows")
+    # columns past the whole tiles: 1000 = 31 strips of 32 and 8
+    xd, Wd, bd = (tc.placeholder((512, 768), name="x"), tc.placeholder((1000, 768), name="W"),
+                  tc.placeholder((1000,), name="b"))
+    hd = tc.ops.dense(xd, Wd, bd)
+    Hd = tc.placeholder(hd.shape, name="H")
+    yield "dense 512x768->1000 fwd", [hd], [xd, Wd, bd], ("one_column_loop",)
+    yield "dense 512x768->1000 grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
+        [xd, Wd, bd, Hd], ("one_column_loop",)
     X, g, b = (tc.placeholder((2048, 768), name="X"), tc.placeholder((768,), name="g"),
                tc.placeholder((768,), name="b"))
     Y = tc.ops.layer_norm(X, g, b)

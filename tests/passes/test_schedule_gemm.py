@@ -506,3 +506,32 @@ def test_block_sums_of_one_input_take_register_tiles(rows, cols, blocks):
     h = np.random.default_rng(rows).standard_normal((rows, cols))
     np.testing.assert_allclose(tc.build(P, [H])(h), h.reshape(blocks, step, cols).sum(1),
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("one_loop", [True, False])
+def test_columns_past_the_whole_tiles_take_one_reduction_loop_for_the_rows(one_loop, monkeypatch):
+    """A plain-order contraction's columns past its whole tiles (``m`` not a multiple of
+    ``nr``) are computed a column at a time by one reduction loop that updates the tile's
+    ``mr`` rows together (``gemm_dot.ONE_COLUMN_LOOP``), where there was a reduction loop a
+    row; each element's terms still come in the same order, and the results agree with the
+    evaluator either way."""
+    from tecomp.passes.schedule.cpu import gemm_dot
+    from tecomp.passes.schedule.cpu.microkernel import tile_shape
+    from tecomp.stmt_functor import walk_stmt
+
+    monkeypatch.setattr(gemm_dot, "ONE_COLUMN_LOOP", one_loop)
+    mr, nr = tile_shape(TINY, 4)
+    outs, ins = dense_case(4 * mr, 70, 3 * nr + 5, "float32", "bias")
+    func, consts = lower_program(outs, ins)
+    blocked = block_caches(func, TINY)
+    loops = [s for s in walk_stmt(blocked.body) if isinstance(s, For)]
+    whole_ends = {str(x.hi) for x in loops if x.step == nr}
+    tails = [x for x in loops if x.step == 1 and str(x.lo) in whole_ends]
+    assert tails
+    for tail in tails:  # the loops over the reduction inside one column's
+        inner = [s for s in walk_stmt(tail.body) if isinstance(s, For)]
+        assert len(inner) == (1 if one_loop else mr), (one_loop, len(inner))
+    arrays = random_inputs(ins, np.random.default_rng(3))
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    (got,) = run(blocked, arrays, constants=consts)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

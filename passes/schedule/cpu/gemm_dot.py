@@ -49,7 +49,11 @@ that no thread packs another's panel (:func:`_split_columns`).
 
 Between slices ``C`` holds the partial sums (nothing else reads it: the match requires
 that neither ``v`` nor ``f`` reads ``C``).  Tails: 1-row tiles for the rows past the whole
-tiles, one element at a time (the same first/last-slice logic) for the columns past them.
+tiles; for the columns past them, a column at a time, one reduction loop updating the tile's
+rows in scalar accumulators (the same first/last-slice logic).  A loop a row made eight
+reduction loops a column, each vectorised along ``k`` by LLVM: the symbolic transformer
+block's attention gradient body took 92 ms of LLVM with them, 74 ms with one
+(:data:`ONE_COLUMN_LOOP`).
 
 Legality: every element receives its own terms in increasing ``k`` as one chain of
 additions starting from 0, then ``f`` once, as in the plain nest; distinct tiles write
@@ -112,6 +116,11 @@ def _leading(st: Store) -> tuple[E.Expr, ...]:
     while idx and idx[-1] == index_const(0) and st.buffer.shape[len(idx) - 1] == index_const(1):
         idx = idx[:-1]
     return idx
+
+
+#: the columns past the whole tiles by one reduction loop for all the tile's rows (module
+#: doc); False: a loop a row (an A/B switch of ``benchmarks/ab_cpu_steps.py``)
+ONE_COLUMN_LOOP = True
 
 
 def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
@@ -228,21 +237,28 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
         if jend is jhi:  # every block is whole strips
             return []
         v = value(j, E.floordiv(E.sub(jend, jc), index_const(nr)), E.sub(j, jend))
-        items = []
-        for r in range(rows):
-            s = Buffer(fresh_name("acc", trial), (), dt, "local")
-            trial.add(s.name)
+        groups = [range(rows)] if ONE_COLUMN_LOOP else [range(r, r + 1) for r in range(rows)]
+        return [For(j, jend, jhi, seq([column(v, g) for g in groups]))]
+
+    def column(v: E.Expr, rows: range) -> Stmt:
+        """Column ``j`` of the tile's ``rows``: one reduction loop, a scalar accumulator
+        a row."""
+        s = Buffer(fresh_name("acc", trial), (index_const(len(rows)),), dt, "local")
+        trial.add(s.name)
+        zero, load, add, done, keep = [], [], [], [], []
+        for n, r in enumerate(rows):
             sub = {i: plus(i0, r)}
             dst = tuple(subst_expr(e, sub) for e in fin.indices)
-            cur = BufferLoad(s, (), dt)
-            items.append(Allocate(s, Seq((
-                IfThenElse(first, Store(s, (), E.Const(0.0, dt)),
-                           Store(s, (), BufferLoad(fin.buffer, dst, dt))),
-                For(k, kc, khi, Store(s, (), E.add(cur, subst_expr(v, sub)))),
-                IfThenElse(last, Store(fin.buffer, dst,
-                                       replace_expr(subst_expr(fin.value, sub), old_acc, cur)),
-                           Store(fin.buffer, dst, cur))))))
-        return [For(j, jend, jhi, Seq(tuple(items)))]
+            at = (index_const(n),)
+            cur = BufferLoad(s, at, dt)
+            zero.append(Store(s, at, E.Const(0.0, dt)))
+            load.append(Store(s, at, BufferLoad(fin.buffer, dst, dt)))
+            add.append(Store(s, at, E.add(cur, subst_expr(v, sub))))
+            done.append(Store(fin.buffer, dst,
+                              replace_expr(subst_expr(fin.value, sub), old_acc, cur)))
+            keep.append(Store(fin.buffer, dst, cur))
+        return Allocate(s, Seq((IfThenElse(first, seq(zero), seq(load)), For(k, kc, khi, seq(add)),
+                                IfThenElse(last, seq(done), seq(keep)))))
 
     rest: list[Stmt] = []  # the rows past the whole tiles read the row operand as it is
     if iend is not ihi:
