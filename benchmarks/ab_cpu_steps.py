@@ -89,6 +89,8 @@
 * ``one_column_loop``: the columns past a plain-order contraction's whole tiles computed a
   column at a time by one reduction loop for the tile's rows (``gemm_dot.ONE_COLUMN_LOOP``;
   off: a reduction loop a row).
+* ``from_zero``: a slice's unrolled tile loop counted from 0, not from the slice's start
+  (``microkernel.FROM_ZERO``; off: from the start).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -192,6 +194,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "keep_adjoints": patch([(butterfly_grad, "KEEP_ADJOINTS", False)]),
         "hand_inward": patch([(cpu_schedule, "HAND_INWARD", False)]),
         "one_column_loop": patch([(gemm_dot, "ONE_COLUMN_LOOP", False)]),
+        "from_zero": patch([(microkernel, "FROM_ZERO", False)]),
     }
 
 
@@ -237,7 +240,8 @@ def programs():
             continue
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops", "inner_rows",
-                 "column_blocks", "aligned_heap", "backend_unroll", "backend_digits")
+                 "column_blocks", "aligned_heap", "backend_unroll", "backend_digits",
+                 "from_zero")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -249,11 +253,11 @@ def programs():
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
         ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-         "inner_rows")
+         "inner_rows", "from_zero")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
                                  "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-                                 "inner_rows")
+                                 "inner_rows", "from_zero")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
@@ -261,10 +265,11 @@ def programs():
         Hd = tc.placeholder(hd.shape, name="H")
         yield f"dense 512x{nin}->{nout} fwd", [hd], [xd, Wd, bd], \
             ("dot_unroll", "transposed_pack", "share_indices", "whole_packs", "aligned_heap",
-             "backend_unroll", "inner_rows")
+             "backend_unroll", "inner_rows", "from_zero")
         yield f"dense 512x{nin}->{nout} grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
             [xd, Wd, bd, Hd], ("dot_unroll", "transposed_pack", "share_indices", "whole_packs",
-                               "aligned_heap", "backend_unroll", "row_chunks", "inner_rows")
+                               "aligned_heap", "backend_unroll", "row_chunks", "inner_rows",
+                               "from_zero")
     # columns past the whole tiles: 1000 = 31 strips of 32 and 8
     xd, Wd, bd = (tc.placeholder((512, 768), name="x"), tc.placeholder((1000, 768), name="W"),
                   tc.placeholder((1000,), name="b"))
@@ -320,10 +325,11 @@ def programs():
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")
         yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices",
-                                                 "whole_packs", "aligned_heap", "backend_unroll")
+                                                 "whole_packs", "aligned_heap", "backend_unroll",
+                                                 "from_zero")
         yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
             ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices", "whole_packs",
-             "aligned_heap", "backend_unroll")
+             "aligned_heap", "backend_unroll", "from_zero")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:

@@ -535,3 +535,28 @@ def test_columns_past_the_whole_tiles_take_one_reduction_loop_for_the_rows(one_l
     (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
     (got,) = run(blocked, arrays, constants=consts)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("from_zero", [True, False])
+def test_a_slices_unrolled_tile_loop_counts_its_steps_from_zero(from_zero, monkeypatch):
+    """Where the reduction is cut into slices (``kc`` a loop variable), the whole tiles'
+    unrolled loop over a slice counts from 0 to the slice's length and reads ``kc + t``
+    (``microkernel.FROM_ZERO``: loop strength reduction spent half of such a body's LLVM time
+    on the loop counted from ``kc``); switched off it counts from ``kc``.  The results agree
+    with the evaluator either way."""
+    from tecomp.passes.schedule.cpu import microkernel
+    from tecomp.passes.schedule.cpu.microkernel import K_UNROLL, tile_shape
+
+    monkeypatch.setattr(microkernel, "FROM_ZERO", from_zero)
+    mr, nr = tile_shape(TINY, 4)
+    outs, ins = _matmul(2 * mr, 300, 2 * nr)  # several slices of k on TINY's caches
+    func, consts = lower_program(outs, ins)
+    blocked = block_caches(func, TINY)
+    unrolled = [x for x in _loops(blocked.body) if x.unroll == K_UNROLL]
+    assert unrolled
+    for x in unrolled:
+        assert (str(x.lo) == "0") == from_zero, (from_zero, x.lo)
+    arrays = random_inputs(ins, np.random.default_rng(9))
+    (want,) = tc.evaluate(outs, dict(zip(ins, arrays)))
+    (got,) = run(blocked, arrays, constants=consts)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

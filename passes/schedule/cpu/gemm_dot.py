@@ -228,7 +228,7 @@ def dot_blocked(loop: For, host: Host, cores: int, names: set[str], sizes,
                  for s in (zero, load, add, done, keep)]
         plain = For(k, kc, khi, loops[2])
         steps = by_period(k, kc, khi, loops[2], period, trial, microkernel.K_UNROLL) or (
-            unrolled_steps(k, kc, khi, loops[2]) if unroll and UNROLL else plain)
+            unrolled_steps(k, kc, khi, loops[2], trial) if unroll and UNROLL else plain)
         body = Seq((IfThenElse(first, loops[0], loops[1]), steps,
                     IfThenElse(last, loops[3], loops[4])))
         return Allocate(t, body), loops
