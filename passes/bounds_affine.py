@@ -24,6 +24,13 @@ For an axis with index ``e`` and extent ``x``, the *violation set* is ``domain â
   division by a size, a ``P`` with existentials): a runtime check in the loop, through the
   error record of :mod:`.bounds_check`.
 
+Before isl, three cheaper tests may settle an access: the index is the variable of a loop
+over exactly the axis (``_loop_index``), interval arithmetic over the loops' ranges puts it
+inside a constant extent (``_in_interval``), or substituting the enclosing loops', lets' and
+guards' linear bounds shows ``0 <= e`` and ``e < x`` (:mod:`.bounds_linear`: causal sums
+over a symbolic length, padded windows under their guards).  Each only ever answers "in
+bounds"; whatever they leave goes to isl.
+
 Worked example: the zero-eliminated input gradient of a stride-2 convolution loops over
 ``t_1`` from ``max(0, (j2 - 1) // 2)`` to ``min(7, j2 // 2) + 1`` and reads ``W[t, j1, j2 -
 2*t_1, j3 - 2*t_2]`` (extent 3 on axis 2).  isl writes the lower bound with a division ``d =
@@ -52,6 +59,7 @@ from tecomp.loopir import (
 from tecomp.printer import format_expr
 from tecomp.stmt_functor import expr_children, expr_vars, stmt_exprs, walk_stmt
 
+from .bounds_linear import in_bounds
 from .value_range import value_range
 
 if TYPE_CHECKING:
@@ -69,6 +77,9 @@ _INT = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64"
 #: accesses proven in bounds by interval arithmetic before isl is asked
 #: (:meth:`AffineProver._in_interval`; an A/B switch)
 INTERVALS = True
+#: accesses proven in bounds by substituting linear loop bounds before isl is asked
+#: (:mod:`.bounds_linear`; an A/B switch)
+SUBSTITUTION = True
 
 
 # Most pieces an operation on two piecewise bounds may combine: a chain of k nested max/min
@@ -457,6 +468,10 @@ class AffineProver:
         if self._loop_index(buf, axis, index):
             return "safe"
         if INTERVALS and self._in_interval(buf, axis, index):
+            return "safe"
+        if SUBSTITUTION and in_bounds(index, buf.shape[axis], [
+                lv[4][:2] for lv in self._stack if lv[4] is not None and lv[4][0] != "cond"],
+                (*self._stack[-1][2], *_conjuncts(path))):
             return "safe"
         self._level(len(self._stack) - 1)
         self.isl.reset_budget()
