@@ -1,7 +1,7 @@
 """Compile time in fresh processes, cold and from the persistent cache, phase by phase, beside
 JAX's jit compile of the same programs, and the import time of tecomp.
 
-    python benchmarks/compile_time.py                      # the suite, 1 cold + 3 warm each
+    python benchmarks/compile_time.py                      # the suite, 3 cold + 3 warm each
     python benchmarks/compile_time.py --case conv2d --runs 15
     python benchmarks/compile_time.py --bytecode off       # source compiled at import too
     python benchmarks/compile_time.py --no-jax --markdown out.md
@@ -24,13 +24,16 @@ The suite (float32 unless said; what a notebook user builds):
   ``jax.scipy.fft.dct(norm="ortho")``).
 
 Every measurement is a new Python process (``python this_file --child CASE``) with a
-persistent cache directory of its own for the whole run of a case (``TECOMP_CACHE_DIR`` and
-``XDG_CACHE_HOME``).  The first process finds it empty (*cold*); the next ``--runs`` find
+persistent cache directory of its own (``TECOMP_CACHE_DIR`` and ``XDG_CACHE_HOME``).
+``--cold`` processes find theirs empty (*cold*; the median is reported, its phases shown: a
+single cold process of a case varied by 10-15% from run to run on a shared 2-core machine),
+each followed by JAX's cold process of the same program; the next ``--runs`` processes find
 every kernel, the parallel-loop runtime, the bounds proofs, the gradients and the loop
-programs there (*warm*).  Each child times ``import tecomp``, the graph (declaration), the
-derived tensors (``tc.gradient``, ``tc.laplacian``; for ``dct`` the op itself) and the builds
-with ``time.perf_counter``, and collects the phase records of the ``"tecomp.phases"`` logger
-(:mod:`tecomp.logs`) with a handler, so the table shows where the time of each span goes.
+programs in the median cold one's directory (*warm*).  Each child times ``import tecomp``,
+the graph (declaration), the derived tensors (``tc.gradient``, ``tc.laplacian``; for ``dct``
+the op itself) and the builds with ``time.perf_counter``, and collects the phase records of
+the ``"tecomp.phases"`` logger (:mod:`tecomp.logs`) with a handler, so the table shows where
+the time of each span goes.
 *compile* is derivative + builds (``import tecomp`` is not in it), *compile CPU* its CPU time
 (``time.process_time``, steadier on a loaded machine); *other* is the part of *compile*
 outside every logged phase (module imports done on first use, argument checks, Python
@@ -40,8 +43,9 @@ JAX (when installed; ``--no-jax`` skips it): the same programs written in ``jax.
 fresh processes too (``--jax-child CASE``), each timed from the traced function to the
 compiled executables (``jax.jit(f).lower(*shapes).compile()`` of the forward and of
 ``jax.grad``, the way a first call compiles them; ``import jax`` not included); cold with no
-cache, warm with JAX's persistent compilation cache in a directory of its own (every entry
-stored: minimum compile time and size 0).
+cache (the median of ``--cold``, interleaved with tecomp's), warm with JAX's persistent
+compilation cache in a directory of its own (every entry stored: minimum compile time and
+size 0).
 
 Import: the wall time of a fresh ``python -c "import tecomp"`` (median of ``--runs``), and
 the largest self times of ``python -X importtime -c "import tecomp"``.
@@ -324,14 +328,13 @@ def run_child(case: str, env: dict[str, str], *extra: str, kind: str = "--child"
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure_jax(case: str, runs: int, env: dict[str, str], tmp: str) -> tuple[float, float]:
-    """JAX's compile of ``case``: cold (no cache), and the median of ``runs`` warm processes
-    (its persistent cache filled by one process first)."""
-    cold = run_child(case, env, "", kind="--jax-child")["compile"]
+def measure_jax(case: str, runs: int, env: dict[str, str], tmp: str) -> float:
+    """JAX's warm compile of ``case``: the median of ``runs`` processes with its persistent
+    cache filled by one process first."""
     cache = os.path.join(tmp, f"jax-{case}")
     run_child(case, env, cache, kind="--jax-child")
-    warm = [run_child(case, env, cache, kind="--jax-child")["compile"] for _ in range(runs)]
-    return cold, median(warm)
+    return median([run_child(case, env, cache, kind="--jax-child")["compile"]
+                   for _ in range(runs)])
 
 
 def measure_import(runs: int, env: dict[str, str]) -> tuple[float, list[tuple[float, str]]]:
@@ -356,16 +359,28 @@ def cache_env(env: dict[str, str], directory: str) -> dict[str, str]:
     return dict(env, TECOMP_CACHE_DIR=directory, XDG_CACHE_HOME=directory)
 
 
-def measure(case: str, runs: int, env: dict[str, str], tmp: str) -> tuple[dict, list[dict]]:
-    cache = os.path.join(tmp, f"cache-{case}")
-    cold = run_child(case, cache_env(env, cache))
+def measure(case: str, runs: int, env: dict[str, str], tmp: str, colds: int = 1,
+            jax: bool = False) -> tuple[dict, list[dict], tuple[float, float] | None]:
+    """``colds`` cold processes of ``case`` (each with an empty cache directory of its own;
+    with ``jax``, each followed by a cold JAX process: the two interleaved), the median by
+    *compile*; then ``runs`` warm ones on the first one's cache (and JAX's, by
+    :func:`measure_jax`)."""
+    caches = [os.path.join(tmp, f"cache-{case}-{r}") for r in range(max(colds, 1))]
+    cold_runs, jax_colds = [], []
+    for cache in caches:
+        cold_runs.append(run_child(case, cache_env(env, cache)))
+        if jax:
+            jax_colds.append(run_child(case, env, "", kind="--jax-child")["compile"])
+    cold = sorted(cold_runs, key=lambda r: r["compile"])[(len(cold_runs) - 1) // 2]
+    cache = caches[cold_runs.index(cold)]
     warm = [run_child(case, cache_env(env, cache)) for _ in range(runs)]
     missed = [w for w in warm if "llvm" in w["steps"]]
     if missed:  # LLVM ran: the source changed during the run (the keys cover it), or the
         # persistent cache failed
         print(f"warning: {case}: {len(missed)} warm process(es) missed the persistent cache; "
               f"left out")
-    return cold, [w for w in warm if w not in missed]
+    jax_times = (median(jax_colds), measure_jax(case, runs, env, tmp)) if jax else None
+    return cold, [w for w in warm if w not in missed], jax_times
 
 
 def measure_ab(case: str, switch: str, pairs: int, env: dict[str, str], tmp: str) -> str:
@@ -440,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", choices=CASES, action="append",
                     help="a case of the suite (repeatable; default: all)")
     ap.add_argument("--runs", type=int, default=3, help="warm processes per case (default 3)")
+    ap.add_argument("--cold", type=int, default=3,
+                    help="cold processes per case, tecomp's and JAX's interleaved; the "
+                         "medians are reported (default 3)")
     ap.add_argument("--bytecode", choices=("on", "off"), default="on")
     ap.add_argument("--no-jax", action="store_true", help="leave JAX out")
     ap.add_argument("--markdown", help="also write the summary table to this file")
@@ -484,10 +502,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         import_wall, import_selfs = measure_import(max(opts.runs, 3), env)
         results, jax_times = {}, {}
-        for case in cases:  # interleaved: tecomp then JAX, case by case
-            results[case] = measure(case, opts.runs, env, tmp)
-            if with_jax:
-                jax_times[case] = measure_jax(case, opts.runs, env, tmp)
+        for case in cases:  # interleaved: tecomp then JAX, cold process by cold process
+            cold, warm, jax_pair = measure(case, opts.runs, env, tmp, opts.cold, with_jax)
+            results[case] = (cold, warm)
+            if jax_pair is not None:
+                jax_times[case] = jax_pair
     print(f"compile time, fresh processes; bytecode {opts.bytecode}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
     failed = False
