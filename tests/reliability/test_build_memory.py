@@ -97,8 +97,11 @@ def test_a_proof_of_plain_loop_indices_makes_no_isl_objects(monkeypatch):
     S = tc.compute((n,), lambda i: tc.sum(tc.sin(A[i, k]), axis=k), name="S")
     assert add_bounds_checks(tc.lower(S, [A]).func)[1] is None
     assert made == []
-    B = tc.compute((n - 1,), lambda i: A[i + 1, 3], name="B")  # needs isl, still proven
-    assert add_bounds_checks(tc.lower(B, [A]).func)[1] is None
+    B = tc.compute((n - 1,), lambda i: A[i + 1, 3], name="B")  # i + 1 <= n - 1: linear
+    assert add_bounds_checks(tc.lower(B, [A]).func)[1] is None  # bounds, no isl either
+    assert made == []
+    D = tc.compute((n,), lambda i: A[(i + 1) // 2, 3], name="D")  # needs isl, still proven
+    assert add_bounds_checks(tc.lower(D, [A]).func)[1] is None
     assert len(made) == 1
     C = tc.compute((n,), lambda i: A[i + 1, 3], name="C")  # out of range for every n
     with pytest.raises(tc.LoweringError, match=r"A\[i \+ 1, 3\]"):
