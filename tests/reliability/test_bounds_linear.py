@@ -13,6 +13,7 @@ import pytest
 
 from tecomp import expr as E
 from tecomp.passes.bounds_linear import Bounds, linear, plus, provably_nonnegative
+from tecomp.stmt_functor import eval_int
 
 I64 = "int64"
 
@@ -96,26 +97,18 @@ def _random_nest(rng):
             index = E.Add(index, E.Mul(c(k), w, I64), I64)
     extent = int(rng.integers(1, 8))
 
-    def val(e, env):
-        if isinstance(e, E.Const):
-            return e.value
-        if isinstance(e, E.Var):
-            return env[e.name]
-        x, y = val(e.a, env), val(e.b, env)
-        return {E.Add: x + y, E.Sub: x - y, E.Mul: x * y, E.Min: min(x, y), E.Max: max(x, y),
-                E.GE: x >= y}[type(e)]
-
     bad = False
 
     def walk(d, env):
         nonlocal bad
         if d == 3:
-            if all(val(g, env) for g in guards) and not 0 <= val(index, env) < extent:
+            if all(eval_int(g.a, env) >= eval_int(g.b, env) for g in guards) \
+                    and not 0 <= eval_int(index, env) < extent:
                 bad = True
             return
         lo, hi = env_bounds[d]
-        for x in range(val(lo, env), val(hi, env)):
-            walk(d + 1, {**env, f"v{d}": x})
+        for x in range(eval_int(lo, env), eval_int(hi, env)):
+            walk(d + 1, {**env, vs[d]: x})
 
     walk(0, {})
     return _in_bounds(index, c(extent), b), bad
