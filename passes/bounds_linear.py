@@ -28,41 +28,17 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from tecomp import expr as E
+from tecomp.scan import linear_form as linear
 
 from .affine_forms import lower_terms, upper_terms
 
-#: a linear form: variable -> coefficient, ``None`` -> the constant
+#: a linear form (:func:`tecomp.scan.linear_form`): variable -> coefficient, ``1`` -> the
+#: constant
 Form = dict
+ONE = 1
 
 #: substitutions one proof may try (the search branches on the terms of max/min bounds)
 MAX_STEPS = 256
-
-
-def linear(e: E.Expr) -> Form | None:
-    """``e`` as a linear form with integer coefficients, or None."""
-    if isinstance(e, E.Const):
-        v = e.value
-        return {None: int(v)} if isinstance(v, int) and not isinstance(v, bool) else None
-    if isinstance(e, E.Var):
-        return {e: 1}
-    if isinstance(e, E.Cast):
-        return linear(e.value) if e.value.dtype.startswith(("int", "uint")) else None
-    if isinstance(e, E.Neg):
-        a = linear(e.a)
-        return None if a is None else scale(a, -1)
-    if isinstance(e, (E.Add, E.Sub)):
-        a, b = linear(e.a), linear(e.b)
-        if a is None or b is None:
-            return None
-        return plus(a, b, 1 if isinstance(e, E.Add) else -1)
-    if isinstance(e, E.Mul):
-        a, b = linear(e.a), linear(e.b)
-        if a is None or b is None:
-            return None
-        for x, y in ((a, b), (b, a)):
-            if set(x) <= {None}:
-                return scale(y, x.get(None, 0))
-    return None
 
 
 def plus(a: Form, b: Form, c: int = 1) -> Form:
@@ -70,11 +46,11 @@ def plus(a: Form, b: Form, c: int = 1) -> Form:
     out = dict(a)
     for k, v in b.items():
         out[k] = out.get(k, 0) + c * v
-    return {k: v for k, v in out.items() if v or k is None}
+    return {k: v for k, v in out.items() if v or isinstance(k, int)}
 
 
 def scale(a: Form, c: int) -> Form:
-    return {k: c * v for k, v in a.items() if c * v or k is None}
+    return {k: c * v for k, v in a.items() if c * v or isinstance(k, int)}
 
 
 class Bounds:
@@ -93,7 +69,7 @@ class Bounds:
         with the given bounds; ``high_offset`` is added to the upper ones (-1: exclusive)."""
         self.depth[v] = len(self.depth) + 1
         self.lows[v] = self._outer(v, (linear(t) for t in lows))
-        self.highs[v] = self._outer(v, (None if f is None else plus(f, {None: high_offset})
+        self.highs[v] = self._outer(v, (None if f is None else plus(f, {ONE: high_offset})
                                         for f in (linear(t) for t in highs)))
 
     def loop(self, v: E.Var, lo: E.Expr, hi: E.Expr) -> None:
@@ -112,23 +88,23 @@ class Bounds:
         if a is None or b is None:
             return
         # g >= 0 for each of the (one or two) forms the comparison says
-        gs = {E.LT: [plus(plus(b, a, -1), {None: -1})], E.LE: [plus(b, a, -1)],
-              E.GT: [plus(plus(a, b, -1), {None: -1})], E.GE: [plus(a, b, -1)],
+        gs = {E.LT: [plus(plus(b, a, -1), {ONE: -1})], E.LE: [plus(b, a, -1)],
+              E.GT: [plus(plus(a, b, -1), {ONE: -1})], E.GE: [plus(a, b, -1)],
               E.EQ: [plus(a, b, -1), plus(b, a, -1)]}[op]
         for g in gs:
             for v, c in g.items():
-                if v is None or c not in (1, -1) or v not in self.depth:
+                if isinstance(v, int) or c not in (1, -1) or v not in self.depth:
                     continue
                 rest = plus(g, {v: c}, -1)  # g = c*v + rest >= 0
                 bound = scale(rest, -c)  # c = 1: v >= -rest; c = -1: v <= rest
-                if all(k is None or self.depth.get(k, 0) < self.depth[v] for k in bound):
+                if all(isinstance(k, int) or self.depth.get(k, 0) < self.depth[v] for k in bound):
                     (self.lows if c == 1 else self.highs)[v].append(bound)
 
     def _outer(self, v: E.Var, forms: Iterable[Form | None]) -> list[Form]:
         """The forms over variables bound outside ``v`` (or free)."""
         d = self.depth[v]
         return [f for f in forms if f is not None and all(
-            k is None or self.depth.get(k, 0) < d for k in f)]
+            isinstance(k, int) or self.depth.get(k, 0) < d for k in f)]
 
 
 def provably_nonnegative(f: Form, bounds: Bounds) -> bool:
@@ -139,9 +115,9 @@ def provably_nonnegative(f: Form, bounds: Bounds) -> bool:
         steps[0] += 1
         if steps[0] > MAX_STEPS:
             return False
-        bound = [k for k in f if k is not None and k in bounds.depth]
+        bound = [k for k in f if not isinstance(k, int) and k in bounds.depth]
         if not bound:
-            return all(k is None for k in f) and f.get(None, 0) >= 0
+            return all(isinstance(k, int) for k in f) and f.get(ONE, 0) >= 0
         v = max(bound, key=bounds.depth.__getitem__)  # the innermost
         c = f[v]
         rest = plus(f, {v: c}, -1)
@@ -169,4 +145,4 @@ def in_bounds(index: E.Expr, extent: E.Expr, bindings: Iterable[tuple[str, Any]]
     for g in guards:
         bounds.guard(g)
     return (provably_nonnegative(f, bounds)
-            and provably_nonnegative(plus(plus(x, f, -1), {None: -1}), bounds))
+            and provably_nonnegative(plus(plus(x, f, -1), {ONE: -1}), bounds))

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from . import expr as E
+from .dtypes import is_int
 from .errors import DeclarationError
 from .functor import RemapReads, input_tensors, op_exprs, substitute, tensor_reads, topo_order
 from .scan_op import Scan, ScanOp
@@ -55,13 +56,16 @@ def is_scan(t: Tensor) -> bool:
 
 # ------------------------------------------------------------------------------ analysis
 def linear_form(e: E.Expr) -> dict[Any, int] | None:
-    """``e`` as ``{var: coefficient, 1: constant}`` when it is affine in its variables."""
-    if isinstance(e, E.Const) and not isinstance(e.value, bool):
-        return {1: int(e.value)}
+    """``e`` as ``{var: coefficient, 1: constant}`` when it is affine in its variables with
+    integer coefficients (a float constant, or a cast of a float, is not: ``int(i * 0.5)``
+    is no multiple of ``i``)."""
+    if isinstance(e, E.Const):
+        v = e.value
+        return {1: v} if isinstance(v, int) and not isinstance(v, bool) else None
     if isinstance(e, E.Var):
         return {e: 1}
     if isinstance(e, E.Cast):
-        return linear_form(e.value)
+        return linear_form(e.value) if is_int(e.value.dtype) else None
     if isinstance(e, E.Neg):
         f = linear_form(e.a)
         return None if f is None else {k: -v for k, v in f.items()}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tecomp import expr as E
-from tecomp.passes.bounds_linear import Bounds, linear, plus, provably_nonnegative
+from tecomp.passes.bounds_linear import ONE, Bounds, linear, plus, provably_nonnegative
 from tecomp.stmt_functor import eval_int
 
 I64 = "int64"
@@ -25,7 +25,7 @@ def c(v):
 def _in_bounds(index, extent, bounds):
     f, x = linear(index), linear(extent)
     return (provably_nonnegative(f, bounds)
-            and provably_nonnegative(plus(plus(x, f, -1), {None: -1}), bounds))
+            and provably_nonnegative(plus(plus(x, f, -1), {ONE: -1}), bounds))
 
 
 def test_the_module_examples_are_proven_and_their_off_by_ones_are_not():
@@ -144,3 +144,12 @@ def test_padded_convolutions_and_causal_sums_build_without_isl(tmp_path):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_float_inside_an_index_is_not_read_as_linear():
+    """``int(i * 0.5)`` is no multiple of ``i``: the linear forms take integers only (a float
+    constant truncated to 0 would have "proven" any such index in bounds)."""
+    i = E.Var("i", I64)
+    half = E.Mul(E.Cast(i, "float64"), E.Const(0.5, "float64"), "float64")
+    assert linear(E.Cast(half, I64)) is None
+    assert linear(E.Add(i, E.Const(2, I64), I64)) == {i: 1, ONE: 2}

@@ -461,8 +461,8 @@ def unrolled_steps(k: E.Var, lo: E.Expr, hi: E.Expr, body: Stmt,
     vectors, four steps a trip) cost loop strength reduction about 30 ms of a 65 ms body
     (the symbolic transformer block's ``W1`` gradient, ``-time-passes``); counted from 0,
     such bodies compile in 46 instead of 64 ms, and the block's modules in 0.88-0.92x the
-    LLVM time (two measurements), the kernels within 2% (``python -m benchmarks.ab_cpu_steps --only from_zero``,
-    one Intel Xeon core: 0.99-1.02x over its contractions)."""
+    LLVM time (two measurements), the kernels within 2% (``python -m benchmarks.ab_cpu_steps
+    --only from_zero``, one Intel Xeon core: 0.99-1.02x over its contractions)."""
     u = K_UNROLL
     if u <= 1:
         return For(k, lo, hi, body)
