@@ -26,7 +26,8 @@ The suite (float32 unless said; what a notebook user builds):
 Every measurement is a new Python process (``python this_file --child CASE``) with a
 persistent cache directory of its own (``TECOMP_CACHE_DIR`` and ``XDG_CACHE_HOME``).
 ``--cold`` processes find theirs empty (*cold*; the median is reported, its phases shown: a
-single cold process of a case varied by 10-15% from run to run on a shared 2-core machine),
+single cold process of a case varied by up to a fifth from run to run on a shared 2-core
+machine: the attention case 0.54-0.64 s),
 each followed by JAX's cold process of the same program; the next ``--runs`` processes find
 every kernel, the parallel-loop runtime, the bounds proofs, the gradients and the loop
 programs in the median cold one's directory (*warm*).  Each child times ``import tecomp``,
@@ -363,7 +364,7 @@ def measure(case: str, runs: int, env: dict[str, str], tmp: str, colds: int = 1,
             jax: bool = False) -> tuple[dict, list[dict], tuple[float, float] | None]:
     """``colds`` cold processes of ``case`` (each with an empty cache directory of its own;
     with ``jax``, each followed by a cold JAX process: the two interleaved), the median by
-    *compile*; then ``runs`` warm ones on the first one's cache (and JAX's, by
+    *compile*; then ``runs`` warm ones on that median one's cache (and JAX's, by
     :func:`measure_jax`)."""
     caches = [os.path.join(tmp, f"cache-{case}-{r}") for r in range(max(colds, 1))]
     cold_runs, jax_colds = [], []
