@@ -55,8 +55,9 @@ A/B of a switch of the cold path (``--ab MODULE.NAME=VALUE``, such as
 ``tecomp.passes.schedule.cpu.microkernel.WHOLE_PACKS=False`` or
 ``tecomp.codegen.llvm.jit.LSR=False``): ``--pairs`` pairs of cold processes per case, one
 with the switch as it is and one with ``NAME`` set to ``VALUE`` (a Python literal) right
-after ``import tecomp``, the order alternating; medians of *compile* and *compile CPU* and
-their ratios.
+after ``import tecomp`` (the other process imports the same modules there, setting nothing),
+the order alternating; medians of *compile* and *compile CPU* and their ratios.  Several
+switches, set together, are separated by ``;``.
 
     python benchmarks/compile_time.py --ab tecomp.codegen.llvm.jit.LSR=False --pairs 5
 
@@ -300,10 +301,13 @@ def child(case: str) -> None:
 
     t1 = time.perf_counter()
     switch = os.environ.get(AB_VARIABLE)
-    if switch:  # the other side of an A/B (--ab)
-        target, value = switch.split("=", 1)
+    as_is = bool(switch) and switch.startswith("?")  # the A side: import, set nothing
+    for one in switch.lstrip("?").split(";") if switch else ():  # an A/B (--ab)
+        target, value = one.split("=", 1)
         module, name = target.rsplit(".", 1)
-        setattr(importlib.import_module(module), name, ast.literal_eval(value))
+        found = importlib.import_module(module)
+        if not as_is:
+            setattr(found, name, ast.literal_eval(value))
     records = PhaseRecords()
     phases = logging.getLogger("tecomp.phases")
     phases.addHandler(records)
@@ -392,7 +396,9 @@ def measure_ab(case: str, switch: str, pairs: int, env: dict[str, str], tmp: str
     for r in range(pairs):
         order = ((base, None), (other, switch))
         for into, value in (order if r % 2 == 0 else order[::-1]):
-            e = dict(env, **{AB_VARIABLE: value}) if value else env
+            # both sides import the switch's modules before the timed part (one imported on
+            # first use would otherwise be timed on one side only)
+            e = dict(env, **{AB_VARIABLE: value or "?" + switch})
             cache = os.path.join(tmp, f"ab-{case}-{r}-{bool(value)}")
             into.append(run_child(case, cache_env(e, cache)))
     b, o = (median([x["compile"] for x in xs]) for xs in (base, other))
