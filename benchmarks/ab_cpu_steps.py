@@ -91,6 +91,10 @@
   off: a reduction loop a row).
 * ``from_zero``: a slice's unrolled tile loop counted from 0, not from the slice's start
   (``microkernel.FROM_ZERO``; off: from the start).
+* ``glue``: a kernel's loops at the top level that are not parallel outlined like the
+  parallel ones, and its own module, left with calls and straight-line code, compiled
+  without optimisation (``emit.OUTLINE_SERIAL``, ``tecomp.codegen.llvm.GLUE_UNOPTIMISED``;
+  off: the loops in the kernel's own module, compiled at O3).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -122,6 +126,7 @@ os.environ.setdefault("TECOMP_CACHE", "0")
 import tecomp as tc  # noqa: E402
 from benchmarks.bench_cpu_cases import _cross_entropy_tc, gelu_erf_tc, gelu_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
+from tecomp.codegen import llvm as llvm_backend  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
 from tecomp.codegen.llvm import emit, emit_expr, parts, stream  # noqa: E402
 from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
@@ -195,6 +200,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "hand_inward": patch([(cpu_schedule, "HAND_INWARD", False)]),
         "one_column_loop": patch([(gemm_dot, "ONE_COLUMN_LOOP", False)]),
         "from_zero": patch([(microkernel, "FROM_ZERO", False)]),
+        "glue": patch([(emit, "OUTLINE_SERIAL", False), (llvm_backend, "GLUE_UNOPTIMISED", False)]),
     }
 
 
@@ -231,7 +237,7 @@ def programs():
              ("rows", "vector_sums", "rows_once", "shared_pads", "in_place")),
             ("conv_transpose4x4/2 8x128x16x16->64", (8, 128, 64, 16, 4, 2, 1, True),
              ("shared_pads", "in_place")),
-            ("conv3x3 1x16x32x32->32", (1, 16, 32, 32, 3, 1, 1), ("hand_inward",)),
+            ("conv3x3 1x16x32x32->32", (1, 16, 32, 32, 3, 1, 1), ("hand_inward", "glue")),
             ("conv3x3/2 1x16x32x32->32", (1, 16, 32, 32, 3, 2, 1), ("hand_inward",))):
         Y, grads, fins, gins = _conv(*spec)
         if spec[0] == 1:  # a batch of one: the latency suite's
@@ -253,11 +259,11 @@ def programs():
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
         ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-         "inner_rows", "from_zero")
+         "inner_rows", "from_zero", "glue")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
                                  "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-                                 "inner_rows", "from_zero")
+                                 "inner_rows", "from_zero", "glue")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
@@ -283,7 +289,7 @@ def programs():
     Y = tc.ops.layer_norm(X, g, b)
     H = tc.placeholder(Y.shape, name="H")
     yield "layer norm 2048x768 grad", list(tc.gradient(Y, [X, g, b], head=H)), [X, g, b, H], \
-        ("row_chunks", "inner_rows")
+        ("row_chunks", "inner_rows", "glue")
     S = tc.placeholder((8192, 768), name="S")
     t = tc.reduce_axis(8192, name="t")
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),
@@ -315,12 +321,13 @@ def programs():
         Y = tc.ops.take(E, idx)
         H = tc.placeholder(Y.shape, name="H")
         yield f"embedding {vocab}x{dim}[{count}] grad", list(tc.gradient(Y, [E], head=H)), \
-            [idx, H], ("direct_inits",)
+            [idx, H], ("direct_inits", "glue")
     X = tc.placeholder((1 << 24,), name="X")
     k = tc.reduce_axis(1 << 24, name="k")
     Y = tc.compute((), lambda: tc.sum(X[k] * X[k], axis=k), name="Y")
     H = tc.placeholder((), name="H")
-    yield "sum of squares 16M grad", list(tc.gradient(Y, [X], head=H)), [X, H], ("stream",)
+    yield "sum of squares 16M grad", list(tc.gradient(Y, [X], head=H)), [X, H], \
+        ("stream", "glue")
     for n in (1024, 2048):
         A, B, C = _matmul(n)
         HC = tc.placeholder((n, n), name="HC")

@@ -49,6 +49,12 @@ from .runtime_code import runtime_ahead
 
 _USE_DEFAULT: Any = object()
 
+#: a kernel's own module compiles without optimisation when it holds no loops (every loop
+#: outlined into a body: ``emit.OUTLINE_SERIAL``): LLVM's O3 pipeline and code generator took
+#: 50-100 ms on the glue of the larger gradients (the transformer block's: 96 ms, 14 ms
+#: unoptimised), on the building thread after the bodies were emitted (an A/B switch)
+GLUE_UNOPTIMISED = True
+
 
 def __getattr__(name: str) -> Any:
     if name == "emit_module":  # imported when first asked for (see compile_function)
@@ -174,10 +180,11 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
 
         binding()  # LLVM set up here: the compiling threads never wait for LOCK
         sink = Parts(store, speed_level, host) if threads else None
+        stats: dict[str, int] = {}
         with LOCK:
             try:
                 module = emit_module(emitted, threads=threads, sink=sink,
-                                     stream=streaming(host or describe()))
+                                     stream=streaming(host or describe()), stats=stats)
             except TecompError:
                 if sink is not None:
                     sink.cancel()
@@ -189,10 +196,13 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
                     f"emit: could not emit LLVM IR for {func.name!r}: "
                     f"{type(err).__name__}: {err}") from err
         name = symbol_name(func.name)
+        # a kernel whose loops are all outlined into bodies (compiled at ``speed_level`` by
+        # the sink) is calls and straight-line code, run once a call: not worth optimising
+        glue = GLUE_UNOPTIMISED and sink is not None and stats.get("loops") == 0
         with timed("llvm"):
             try:
-                obj, source = compile_object(str(module), name, speed_level=speed_level,
-                                             host=host)
+                obj, source = compile_object(str(module), name,
+                                             speed_level=0 if glue else speed_level, host=host)
                 bodies = sink.finish() if sink is not None else {}
             except BaseException:
                 if sink is not None:

@@ -18,7 +18,9 @@ Statements (the conventions of :mod:`tecomp.loopir`):
   ``lo`` and ``hi`` evaluated once before it.  A ``"parallel"`` loop is outlined and run on
   several threads when threading is on (:mod:`.parallel`), once per iteration of the serial
   loops around it (a scan's step); loops inside it, and every other loop whatever its
-  ``kind``, run serially.
+  ``kind``, run serially.  With a sink for the outlined bodies, a loop at the top level that
+  is not parallel and holds no parallel loop is outlined as well, into a body called once
+  (:data:`OUTLINE_SERIAL`).
 * ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.  A
   loop that only folds a float ``max``/``min`` into a local accumulator combines with
   ``maxnum``/``minnum`` (plain vector instructions) and keeps NaN propagation with a flag
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 
 
 def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None,
-                stream: Streaming | None = None) -> ir.Module:
+                stream: Streaming | None = None, stats: dict | None = None) -> ir.Module:
     """An LLVM module with one function implementing ``func`` (see the module docstring).
 
     With ``threads``, outermost ``"parallel"`` loops are outlined and run on several threads
@@ -76,12 +78,18 @@ def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None,
     With a ``sink``, the outlined bodies go to modules of their own: ``sink.body(key,
     emit)`` returns the symbol of the body whose :func:`.parallel.body_key` is ``key``,
     calling ``emit(module, symbol)`` to define it in a new module when it has not got it,
-    and this module declares it.  With ``stream`` (:func:`.stream.streaming` of the host),
-    stores into outputs larger than the last-level cache are non-temporal (:mod:`.stream`).
+    and this module declares it; the loops at the top level that are not parallel are
+    outlined too (:data:`OUTLINE_SERIAL`).  With ``stream`` (:func:`.stream.streaming` of the
+    host), stores into outputs larger than the last-level cache are non-temporal
+    (:mod:`.stream`).  ``stats``, when given, receives ``"loops"``: how many loops the
+    function itself holds (0: only calls and straight-line code).
     """
     module = ir.Module(name=symbol_name(func.name))
-    FunctionEmitter(module, func, symbol_name(func.name), threads=threads, sink=sink,
-                    stream=stream).run()
+    em = FunctionEmitter(module, func, symbol_name(func.name), threads=threads, sink=sink,
+                         stream=stream)
+    em.run()
+    if stats is not None:
+        stats["loops"] = em.inline_loops
     return module
 
 
@@ -115,6 +123,7 @@ class StmtEmitter(ExprEmitter):
         self.pool: dict[Buffer, ir.Value] = {}  # temporaries passed in by the caller
         self.stream: Streaming | None = None  # which output stores are non-temporal
         self.streamed = False  # whether a non-temporal store was emitted (finish fences)
+        self.inline_loops = 0  # loops emitted into this function (not outlined)
 
     def visit(self, e: Any) -> Any:
         if isinstance(e, Stmt):
@@ -157,6 +166,13 @@ class StmtEmitter(ExprEmitter):
 
             emit_parallel_for(self, s)
             return
+        if OUTLINE_SERIAL and self.sink is not None and self.loop_depth == 0 and \
+                not any(isinstance(x, For) and x.kind == "parallel" for x in walk_stmt(s)):
+            from .parallel import emit_outlined_loop
+
+            emit_outlined_loop(self, s)
+            return
+        self.inline_loops += 1
         if s.kind == "lanes":
             from .lanes import emit_lanes
 
@@ -425,6 +441,12 @@ class FunctionEmitter(StmtEmitter):
 #: the MLP's forward 1.10x, convolutions up to 1.19x (an A/B switch)
 ALIGNED_HEAP = True
 HEAP_ALIGN = 64
+
+#: with a sink for outlined bodies, a loop at the top level that is not parallel (and holds no
+#: parallel loop) is outlined as well, into a body called once (:func:`.parallel.
+#: emit_outlined_loop`), so that the kernel's own module is left with calls and straight-line
+#: code, which compiles without optimisation (``compile_function``; an A/B switch)
+OUTLINE_SERIAL = True
 
 #: a register tile's reduction loop is left rolled by LLVM (:func:`_tile_steps`; an A/B switch)
 KEEP_TILE_LOOPS = True

@@ -121,20 +121,21 @@ def _load_gcc_runtime(llvm: Any) -> None:
             pass
 
 
-def _machine(host: Host | None = None) -> Any:
+def _machine(host: Host | None = None, opt: int = 3) -> Any:
     """This thread's target machine for the host CPU (name and features: without them LLVM
     only uses SSE), made on first use; for ``host`` (another vector width or feature set of
     this CPU), one per distinct feature string.  A target machine is not shared between
     threads (LLVM's code generator keeps state in it), so the threads of
-    :func:`compile_pool` each have their own."""
+    :func:`compile_pool` each have their own.  ``opt`` is the code generator's level (0: fast
+    instruction selection and register allocation, for code that runs once a call)."""
     st = _init()
     features = st["features"] if host is None else llvm_features(host)
     machines = _thread_state("tms")
-    tm = machines.get(features)
+    tm = machines.get((features, opt))
     if tm is None:
         target = binding().Target.from_triple(st["triple"])
-        tm = machines[features] = target.create_target_machine(
-            cpu=st["cpu"], features=features, opt=3, codemodel="jitdefault")
+        tm = machines[(features, opt)] = target.create_target_machine(
+            cpu=st["cpu"], features=features, opt=opt, codemodel="jitdefault")
         st["tms"] = st.get("tms", 0) + 1  # how many were made (tests ask: any?)
     return tm
 
@@ -345,11 +346,13 @@ def compile_ir(module: ir.Module | str, name: str, *, speed_level: int = 3,
 def compile_object(text: str, name: str, *, speed_level: int = 3,
                    host: Host | None = None) -> tuple[bytes, str]:
     """Verify, optimise and compile the LLVM IR ``text`` to an object file: its bytes and
-    the optimised IR.  Thread-safe: the module gets an LLVM context of its own and the
-    thread's own target machine and pass builder, and nothing here holds :data:`LOCK` (the
-    threads of :func:`compile_pool` run it while the caller emits and compiles more)."""
+    the optimised IR (``speed_level`` 0: no optimisation, and the code generator's fast
+    instruction selection and register allocation).  Thread-safe: the module gets an LLVM
+    context of its own and the thread's own target machine and pass builder, and nothing
+    here holds :data:`LOCK` (the threads of :func:`compile_pool` run it while the caller
+    emits and compiles more)."""
     llvm = binding()
-    tm = _machine(host)
+    tm = _machine(host, 0 if speed_level == 0 else 3)
     try:
         # a context per module: the global one keeps every type and constant forever
         mod = _parse(llvm, text)

@@ -20,6 +20,12 @@ function (not inside another loop) is emitted as
 ``nthreads`` is the function's last argument, chosen per call by
 :class:`~tecomp.codegen.kernel.Kernel`.
 
+With a sink (:mod:`.parts`), a loop at the top level that is not parallel (a loss's sum, the
+sum of a bias gradient's partial rows) becomes a body as well (:func:`emit_outlined_loop`):
+``i32 @body(ptr noalias buf..., values...)`` runs the whole loop and the function calls it
+once, so that the function itself is left with calls and straight-line code, which the
+backend compiles without optimisation (``tecomp.codegen.llvm.GLUE_UNOPTIMISED``).
+
 Loops that are the same program up to the names of their variables and buffers share one
 body and one chunk function (:func:`body_key`): a gradient repeats its contractions, such as
 the weight gradients of a transformer's projections (seven identical register-tiled bodies
@@ -111,11 +117,44 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     b.position_at_end(cont)
 
 
-def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs: list,
-          vals: list, step: ir.Constant, stream: Streaming | None = None) -> ir.Function:
-    """The body function ``name`` (of type ``body_type``) in ``module`` of the parallel loop
-    ``s`` over the buffers ``bufs`` and the values ``vals`` of the enclosing scope (pairs of
-    the IR object and its LLVM value), with the enclosing function's streaming rule."""
+def emit_outlined_loop(em: StmtEmitter, s: For) -> None:
+    """Emit the loop ``s`` (at the top level, not parallel) as a call of a body function of
+    its own, ``i32 (ptr noalias buf..., values...)``, which runs the whole loop: compiled
+    apart by ``em.sink`` (at the kernel's speed level, cached and shared like the parallel
+    bodies), it leaves the kernel's own module without loops (``emit.OUTLINE_SERIAL``)."""
+    from .emit import symbol_name
+
+    b = em.b
+    key, used_bufs, used_vars = body_key(s, em.buffers, em.env)
+    bufs = [(buf, em.buffers[buf]) for buf in used_bufs]
+    vals = [(v, em.env[v]) for v in used_vars]
+    key = "serial|" + key + "|" + ",".join(str(x.type) for _, x in vals)
+    shared = em.bodies.get(key)
+    if shared is None:
+        body_type = ir.FunctionType(T.I32, [T.PTR] * len(bufs) + [x.type for _, x in vals])
+        symbol = em.sink.body(key, lambda mod, name: _serial_body(mod, name, body_type, s,
+                                                                   bufs, vals, em.stream))
+        shared = em.bodies[key] = (ir.Function(b.module, body_type, symbol), None)
+    rc = b.call(shared[0], [x for _, x in bufs] + [x for _, x in vals])
+    cont = em.fn.append_basic_block(f"{symbol_name(s.var.name)}.done")
+    b.cbranch(b.icmp_signed("==", rc, ir.Constant(T.I32, 0)), cont, em._oom_block())
+    b.position_at_end(cont)
+
+
+def _serial_body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For,
+                 bufs: list, vals: list, stream: Streaming | None) -> ir.Function:
+    """The body function of :func:`emit_outlined_loop`: the whole loop ``s``."""
+    sub = _body_emitter(module, name, body_type, bufs, vals, stream)
+    sub.visit(s)
+    return sub.finish()
+
+
+def _body_emitter(module: ir.Module, name: str, body_type: ir.FunctionType, bufs: list,
+                  vals: list, stream: Streaming | None) -> StmtEmitter:
+    """An emitter of the new function ``name`` (of type ``body_type``) in ``module`` whose
+    first arguments are the buffers ``bufs`` (``noalias``), then the values ``vals`` of the
+    enclosing scope (pairs of the IR object and its LLVM value), with the enclosing
+    function's streaming rule."""
     from .emit import StmtEmitter, symbol_name
 
     body_fn = ir.Function(module, body_type, name)
@@ -128,6 +167,16 @@ def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs
     for (var, _), arg in zip(vals, body_fn.args[len(bufs):]):
         arg.name = symbol_name(var.name)
         sub.env[var] = arg
+    return sub
+
+
+def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs: list,
+          vals: list, step: ir.Constant, stream: Streaming | None = None) -> ir.Function:
+    """The body function ``name`` (of type ``body_type``) in ``module`` of the parallel loop
+    ``s`` over the buffers ``bufs`` and the values ``vals`` of the enclosing scope (pairs of
+    the IR object and its LLVM value), with the enclosing function's streaming rule."""
+    sub = _body_emitter(module, name, body_type, bufs, vals, stream)
+    body_fn = sub.fn
     a_lo, a_hi, a_start, a_stop = body_fn.args[-4:]
     sb = sub.b
     v_lo = sb.add(a_lo, sb.mul(a_start, step))

@@ -1,7 +1,8 @@
 """Kernels compiled in parts: each outlined parallel-loop body a module, an object file and a
 cache entry of its own, compiled on several threads at once.
 
-A kernel's ``"parallel"`` loops are outlined into body functions (:mod:`.parallel`), and
+A kernel's ``"parallel"`` loops (and, with a sink, its other top-level loops:
+:func:`.parallel.emit_outlined_loop`) are outlined into body functions (:mod:`.parallel`), and
 those bodies -- the register-tiled contractions above all -- are most of its LLVM IR and of
 the time LLVM takes (a transformer block's gradient: forty bodies, 50k lines).  Emitted with
 a :class:`Parts` as the sink, a kernel's module only declares its bodies; each body is

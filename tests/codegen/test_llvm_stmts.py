@@ -87,12 +87,19 @@ def test_local_accumulator_and_0d_output(rng):
         Store(acc, (), c(0.0, "float64")),
         For(i, c(0), n, Store(acc, (), load(x, i) * load(x, i), reduce="sum")),
         Store(y, (), load(acc)))))
-    kern = build_kernel(LoweredFunc("sumsq", (x,), (y,), (n,), body))
+    func = LoweredFunc("sumsq", (x,), (y,), (n,), body)
     a = rng.standard_normal(101)
-    got = kern(a)
-    assert got.shape == () and got.dtype == np.float64
-    np.testing.assert_allclose(got, np.sum(a * a), rtol=1e-12)
-    assert "alloca" not in kern.source  # promoted to a register
+    for threads in (False, True):
+        kern = build_kernel(func, threads=threads)
+        got = kern(a)
+        assert got.shape == () and got.dtype == np.float64
+        np.testing.assert_allclose(got, np.sum(a * a), rtol=1e-12)
+    # one function: the accumulator promoted to a register
+    assert "alloca" not in build_kernel(func, threads=False).source
+    # threaded, the loop is a body of its own (emit.OUTLINE_SERIAL), passed the accumulator:
+    # a register there, a stack slot only in the kernel's own (unoptimised) function
+    bodies = kern._entry.parts
+    assert len(bodies) == 1 and "alloca" not in bodies[0].source
 
 
 @pytest.mark.parametrize("size", [16, 8192, None])  # stack, heap (constant), heap (symbolic)
@@ -321,7 +328,7 @@ def test_register_tile_loops_are_left_rolled(monkeypatch):
     schedule unrolls itself -- carries ``llvm.loop.unroll.disable`` (a self-referencing loop
     ID): LLVM keeps one copy of the vector body where its unroller made several."""
     from tecomp.codegen.kernel import Kernel
-    from tecomp.codegen.llvm import compile_function, emit
+    from tecomp.codegen.llvm import compile_function, emit, parts
     from tecomp.codegen.llvm.emit import emit_module
 
     func, body, step = _tile(n)  # compiled afresh below: no caches
@@ -333,6 +340,7 @@ def test_register_tile_loops_are_left_rolled(monkeypatch):
     copies = {}
     for keep in (True, False):
         monkeypatch.setattr(emit, "KEEP_TILE_LOOPS", keep)
+        monkeypatch.setattr(parts, "BODIES", type(parts.BODIES)())  # the loop is a body
         kern = Kernel(func, compile_function(func, cache=None, disk=None), target="llvm")
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5, atol=1e-5)
         copies[keep] = len(re.findall(r"fmul [a-z ]*<16 x float>|@llvm\.fma\.v16f32\(",
