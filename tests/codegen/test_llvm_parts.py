@@ -199,3 +199,71 @@ def test_loops_equal_but_for_shared_subexpressions_have_one_body_key():
     other = body_key(loop(shared, E.Sub(i, j, "int64")), buffers, {})[0]
     assert one == copies
     assert one != other
+
+
+def _levels(monkeypatch) -> dict[str, int]:
+    """The speed level each module is compiled at, by symbol (a spy on the compilers)."""
+    import tecomp.codegen.llvm as backend
+
+    seen: dict[str, int] = {}
+    for module in (backend, parts):
+        real = module.compile_object
+
+        def spy(text, name, *, speed_level=3, host=None, real=real):
+            seen[name] = speed_level
+            return real(text, name, speed_level=speed_level, host=host)
+        monkeypatch.setattr(module, "compile_object", spy)
+    return seen
+
+
+def _sum_and_scan():
+    """``s = sum(x)`` (a serial loop at the top level) and ``y[t] = 2 y[t-1]`` rows (a
+    serial loop over t holding a parallel loop), as loop programs."""
+    from tecomp import expr as E
+    from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Store
+
+    n, m = E.Var("n", "int64"), E.Var("m", "int64")
+    i, t, j = (E.Var(v, "int64") for v in "itj")
+    zero, one = E.Const(0, "int64"), E.Const(1, "int64")
+    x = Buffer("x", (n,), "float64", "input")
+    acc = Buffer("acc", (), "float64", "local")
+    s = Buffer("s", (), "float64", "output")
+    summed = LoweredFunc("total", (x,), (s,), (n,), Allocate(acc, Seq((
+        Store(acc, (), E.Const(0.0, "float64")),
+        For(i, zero, n, Store(acc, (), BufferLoad(x, (i,), "float64"), reduce="sum")),
+        Store(s, (), BufferLoad(acc, (), "float64"))))))
+    a = Buffer("a", (m,), "float64", "input")
+    y = Buffer("y", (n, m), "float64", "output")
+    first = For(j, zero, m, Store(y, (zero, j), BufferLoad(a, (j,), "float64")),
+                kind="parallel")
+    step = For(t, one, n, For(j, zero, m, Store(y, (t, j), BufferLoad(
+        y, (E.Sub(t, one, "int64"), j), "float64") * E.Const(2.0, "float64")),
+        kind="parallel"))
+    scan = LoweredFunc("doubling", (a,), (y,), (n, m), Seq((first, step)))
+    return summed, scan
+
+
+@pytest.mark.parametrize("outline", [True, False])
+def test_a_kernel_without_loops_of_its_own_compiles_unoptimised(monkeypatch, rng, outline):
+    """A top-level loop that is not parallel becomes a body (compiled at the kernel's
+    level), which leaves the kernel's own module calls only: compiled at level 0.  A serial
+    loop holding a parallel one (a scan's steps) stays in the kernel's module, which is then
+    optimised as before; so is everything with the outlining off."""
+    from tecomp.codegen.kernel import Kernel
+    from tecomp.codegen.llvm import emit
+
+    monkeypatch.setattr(emit, "OUTLINE_SERIAL", outline)
+    monkeypatch.setattr(parts, "BODIES", type(parts.BODIES)())
+    levels = _levels(monkeypatch)
+    summed, scan = _sum_and_scan()
+    x = rng.standard_normal(1001)
+    entry = compile_function(summed, cache=None, disk=None)
+    np.testing.assert_allclose(Kernel(summed, entry)(x), x.sum(), rtol=1e-12)
+    assert levels["total"] == (0 if outline else 3)
+    assert len(entry.parts) == (1 if outline else 0)
+    assert all(levels[b.name] == 3 for b in entry.parts)
+    a = rng.standard_normal(5)
+    entry = compile_function(scan, cache=None, disk=None)
+    got = Kernel(scan, entry)(a, 6)  # n: no input's shape gives it
+    np.testing.assert_allclose(got, a * 2.0 ** np.arange(6)[:, None], rtol=1e-12)
+    assert levels["doubling"] == 3 and entry.parts  # the parallel loops are bodies still
