@@ -117,7 +117,8 @@ class StmtEmitter(ExprEmitter):
         self.loop_depth = 0
         self.threads: ir.Value | None = None  # set where parallel loops may be outlined
         self.outlined = 0
-        self.bodies: dict[str, tuple[ir.Function, ir.Function]] = {}  # by parallel.body_key
+        # (body, chunk) by parallel.body_key; a serial body (emit_outlined_loop) has no chunk
+        self.bodies: dict[str, tuple[ir.Function, ir.Function | None]] = {}
         self.sink: Any = None  # where outlined bodies go (emit_module)
         self._minmax_stores: dict[int, tuple[str, E.Expr, ir.Value]] = {}  # by id(Store)
         self.pool: dict[Buffer, ir.Value] = {}  # temporaries passed in by the caller
