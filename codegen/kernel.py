@@ -160,8 +160,10 @@ class Kernel:
 
     @property
     def source(self) -> str:
-        """The code the kernel runs, as text (the LLVM backend: the optimised IR, read from
-        the persistent cache on first use for a kernel loaded from it)."""
+        """The code the kernel runs, as text (the LLVM backend: the IR after LLVM's
+        optimisation -- the kernel's own function, then each outlined body's; a kernel's own
+        function that only calls its bodies is compiled unoptimised and shows as emitted --
+        read from the persistent cache on first use for a kernel loaded from it)."""
         text = self.__dict__.get("_source_text")
         return self._entry.source if text is None else text
 
