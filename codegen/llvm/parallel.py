@@ -66,18 +66,14 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     trips = b.sdiv(b.add(span, ir.Constant(T.I64, s.step - 1)), step)
     trips = T.intrinsic(b, "smax", [trips, ir.Constant(T.I64, 0)])
 
-    key, used_bufs, used_vars = body_key(s, em.buffers, em.env)
-    bufs = [(buf, em.buffers[buf]) for buf in used_bufs]
-    vals = [(v, em.env[v]) for v in used_vars]
-    key += "|" + ",".join(str(x.type) for _, x in vals)
+    key, bufs, vals = _captures(em, s)
     # ---- context record: captured values, then lo and hi
     captured = [x for _, x in bufs] + [x for _, x in vals] + [lo, hi]
     ctx_type = ir.LiteralStructType([c.type if not isinstance(c.type, ir.PointerType)
                                      else T.PTR for c in captured])
     shared = em.bodies.get(key)
     if shared is None:
-        body_type = ir.FunctionType(T.I32, [T.PTR] * len(bufs) + [x.type for _, x in vals]
-                                    + [T.I64] * 4)
+        body_type = ir.FunctionType(T.I32, _arg_types(bufs, vals) + [T.I64] * 4)
         if em.sink is not None:  # a module of its own, compiled apart (and cached) by the sink
             symbol = em.sink.body(
                 key, lambda mod, name: _body(mod, name, body_type, s, bufs, vals, step,
@@ -125,13 +121,11 @@ def emit_outlined_loop(em: StmtEmitter, s: For) -> None:
     from .emit import symbol_name
 
     b = em.b
-    key, used_bufs, used_vars = body_key(s, em.buffers, em.env)
-    bufs = [(buf, em.buffers[buf]) for buf in used_bufs]
-    vals = [(v, em.env[v]) for v in used_vars]
-    key = "serial|" + key + "|" + ",".join(str(x.type) for _, x in vals)
+    key, bufs, vals = _captures(em, s)
+    key = "serial|" + key
     shared = em.bodies.get(key)
     if shared is None:
-        body_type = ir.FunctionType(T.I32, [T.PTR] * len(bufs) + [x.type for _, x in vals])
+        body_type = ir.FunctionType(T.I32, _arg_types(bufs, vals))
         symbol = em.sink.body(key, lambda mod, name: _serial_body(mod, name, body_type, s,
                                                                    bufs, vals, em.stream))
         shared = em.bodies[key] = (ir.Function(b.module, body_type, symbol), None)
@@ -139,6 +133,21 @@ def emit_outlined_loop(em: StmtEmitter, s: For) -> None:
     cont = em.fn.append_basic_block(f"{symbol_name(s.var.name)}.done")
     b.cbranch(b.icmp_signed("==", rc, ir.Constant(T.I32, 0)), cont, em._oom_block())
     b.position_at_end(cont)
+
+
+def _captures(em: StmtEmitter, s: For) -> tuple[str, list, list]:
+    """The body key of the loop ``s`` (:func:`body_key`, with the LLVM types of the values it
+    captures), and the buffers and values of ``em``'s scope it uses (pairs of the IR object
+    and its LLVM value), in the order of the body's arguments."""
+    key, used_bufs, used_vars = body_key(s, em.buffers, em.env)
+    vals = [(v, em.env[v]) for v in used_vars]
+    return (key + "|" + ",".join(str(x.type) for _, x in vals),
+            [(buf, em.buffers[buf]) for buf in used_bufs], vals)
+
+
+def _arg_types(bufs: list, vals: list) -> list[ir.Type]:
+    """A body's first argument types: a pointer per buffer, then the values' types."""
+    return [T.PTR] * len(bufs) + [x.type for _, x in vals]
 
 
 def _serial_body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For,
