@@ -87,3 +87,29 @@ def test_layer_norm_gradient_fused_and_correct():
     rng = np.random.default_rng(2)
     _check([g], [X, H], [rng.standard_normal((64, 80)), rng.standard_normal((64, 80))],
            rtol=1e-10)
+
+
+@pytest.mark.parametrize("symbolic", [True, False])
+def test_rows_of_a_symbolic_length_are_fused(monkeypatch, symbolic):
+    """A symbolic row count (a sequence length) is fused like a long loop; the switch off
+    keeps the four loops of a softmax apart. Either way the kernel matches the evaluator at
+    lengths of 0, 1 and 37."""
+    from tecomp.passes.schedule.cpu import fuse_loops
+
+    monkeypatch.setattr(fuse_loops, "SYMBOLIC_TRIPS", symbolic)
+    n = tc.var("n")
+    X = tc.placeholder((n, 96), name="X")
+    Y = tc.ops.softmax(X)
+    func = lower([Y], [X])
+    assert len(_top_loops(func)) == 4
+    fused = fuse_row_loops(func)
+    if symbolic:
+        (loop,) = _top_loops(fused)
+        assert loop.kind == "parallel" and len(loop.body.stmts) == 4
+    else:
+        assert fused is func
+    kernel = tc.build(Y, [X])
+    for rows in (0, 1, 37):
+        x = np.random.default_rng(rows).standard_normal((rows, 96)).astype(np.float32)
+        want = tc.evaluate([Y], {X: x})[0]
+        np.testing.assert_allclose(kernel(x), want, rtol=1e-5, atol=1e-6)
