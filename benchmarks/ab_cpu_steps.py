@@ -95,6 +95,8 @@
   parallel ones, and its own module, left with calls and straight-line code, compiled
   without optimisation (``emit.OUTLINE_SERIAL``, ``tecomp.codegen.llvm.GLUE_UNOPTIMISED``;
   off: the loops in the kernel's own module, compiled at O3).
+* ``split``: two or more large serial loops side by side in a parallel loop's body each a
+  body of their own, compiled apart (``codegen.llvm.split.SPLIT_BODIES``; off: all in the one body).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -128,7 +130,7 @@ from benchmarks.bench_cpu_cases import _cross_entropy_tc, gelu_erf_tc, gelu_tc  
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen import llvm as llvm_backend  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
-from tecomp.codegen.llvm import emit, emit_expr, parts, stream  # noqa: E402
+from tecomp.codegen.llvm import emit, emit_expr, parts, split, stream  # noqa: E402
 from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
 from tecomp.passes import lower, pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
@@ -201,6 +203,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "one_column_loop": patch([(gemm_dot, "ONE_COLUMN_LOOP", False)]),
         "from_zero": patch([(microkernel, "FROM_ZERO", False)]),
         "glue": patch([(emit, "OUTLINE_SERIAL", False), (llvm_backend, "GLUE_UNOPTIMISED", False)]),
+        "split": patch([(split, "SPLIT_BODIES", False)]),
     }
 
 
@@ -247,7 +250,7 @@ def programs():
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops", "inner_rows",
                  "column_blocks", "aligned_heap", "backend_unroll", "backend_digits",
-                 "from_zero")
+                 "from_zero", "split")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -259,11 +262,11 @@ def programs():
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
         ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-         "inner_rows", "from_zero", "glue")
+         "inner_rows", "from_zero", "glue", "split")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
                                  "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-                                 "inner_rows", "from_zero", "glue")
+                                 "inner_rows", "from_zero", "glue", "split")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
@@ -281,9 +284,9 @@ def programs():
                   tc.placeholder((1000,), name="b"))
     hd = tc.ops.dense(xd, Wd, bd)
     Hd = tc.placeholder(hd.shape, name="H")
-    yield "dense 512x768->1000 fwd", [hd], [xd, Wd, bd], ("one_column_loop",)
+    yield "dense 512x768->1000 fwd", [hd], [xd, Wd, bd], ("one_column_loop", "split")
     yield "dense 512x768->1000 grad", list(tc.gradient(hd, [xd, Wd, bd], head=Hd)), \
-        [xd, Wd, bd, Hd], ("one_column_loop",)
+        [xd, Wd, bd, Hd], ("one_column_loop", "split")
     X, g, b = (tc.placeholder((2048, 768), name="X"), tc.placeholder((768,), name="g"),
                tc.placeholder((768,), name="b"))
     Y = tc.ops.layer_norm(X, g, b)
@@ -302,7 +305,7 @@ def programs():
         G = tc.placeholder((n, 128), name="G", dtype=dtype)
         steps = ("column_blocks", "row_groups", "pack_columns", "copy_forward", "outer_loops",
                  "fit_l2", "slots", "keep_staged", "inner_rows", "small_runs", "fit_l1",
-                 "group_l1")
+                 "group_l1", "split")
         yield f"DCT-II {n}x128 {dtype} fwd", lambda X=X: [tc.ops.dct(X)], [X], \
             steps + ("sparse_terms",)
         yield f"DCT-II {n}x128 {dtype} grad", lambda Y=Y, X=X, G=G: tc.gradient(Y, [X], head=G), \
@@ -333,10 +336,10 @@ def programs():
         HC = tc.placeholder((n, n), name="HC")
         yield f"matmul {n}^3 fwd", [C], [A, B], ("transposed_pack", "share_indices",
                                                  "whole_packs", "aligned_heap", "backend_unroll",
-                                                 "from_zero")
+                                                 "from_zero", "split")
         yield f"matmul {n}^3 grad", list(tc.gradient(C, [A, B], head=HC)), [A, B, HC], \
             ("rows", "k_unroll", "rows_once", "transposed_pack", "share_indices", "whole_packs",
-             "aligned_heap", "backend_unroll", "from_zero")
+             "aligned_heap", "backend_unroll", "from_zero", "split")
 
 
 def _arrays(ins, rng) -> list[np.ndarray]:

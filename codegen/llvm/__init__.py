@@ -174,6 +174,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         return out
 
     def compile_now(emitted: LoweredFunc) -> JitFunction:
+        from . import split as splitting
         from .emit import emit_module  # not imported on the path that loads cached code
         from .parts import Parts
         from .stream import streaming
@@ -181,10 +182,14 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         binding()  # LLVM set up here: the compiling threads never wait for LOCK
         sink = Parts(store, speed_level, host) if threads else None
         stats: dict[str, int] = {}
+        # fewer bodies than compiling threads: split large bodies so that none stays idle
+        split = splitting.SPLIT_BODIES and sink is not None and \
+            splitting.parallel_loops(emitted) < describe().cores
         with LOCK:
             try:
                 module = emit_module(emitted, threads=threads, sink=sink,
-                                     stream=streaming(host or describe()), stats=stats)
+                                     stream=streaming(host or describe()), stats=stats,
+                                     split=split)
             except TecompError:
                 if sink is not None:
                     sink.cancel()

@@ -20,7 +20,9 @@ Statements (the conventions of :mod:`tecomp.loopir`):
   loops around it (a scan's step); loops inside it, and every other loop whatever its
   ``kind``, run serially.  With a sink for the outlined bodies, a loop at the top level that
   is not parallel and holds no parallel loop is outlined as well, into a body called once
-  (:data:`OUTLINE_SERIAL`).
+  (:data:`OUTLINE_SERIAL`); in a kernel with fewer parallel loops than compiling threads,
+  large serial loops side by side in a parallel loop's body are bodies of their own, called
+  where they stood (:data:`.split.SPLIT_BODIES`).
 * ``Store(reduce=c)`` loads the element, combines (``+``, ``*``, max, min) and stores.  A
   loop that only folds a float ``max``/``min`` into a local accumulator combines with
   ``maxnum``/``minnum`` (plain vector instructions) and keeps NaN propagation with a flag
@@ -63,13 +65,15 @@ from ...stmt_functor import walk_expr, walk_stmt
 from . import types as T
 from .emit_expr import ExprEmitter
 from .layout import STACK_LIMIT, heap_allocated, pooled_buffers, symbol_name  # noqa: F401
+from .split import split_loops
 
 if TYPE_CHECKING:
     from .stream import Streaming
 
 
 def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None,
-                stream: Streaming | None = None, stats: dict | None = None) -> ir.Module:
+                stream: Streaming | None = None, stats: dict | None = None,
+                split: bool = False) -> ir.Module:
     """An LLVM module with one function implementing ``func`` (see the module docstring).
 
     With ``threads``, outermost ``"parallel"`` loops are outlined and run on several threads
@@ -82,11 +86,14 @@ def emit_module(func: LoweredFunc, *, threads: bool = False, sink: Any = None,
     outlined too (:data:`OUTLINE_SERIAL`).  With ``stream`` (:func:`.stream.streaming` of the
     host), stores into outputs larger than the last-level cache are non-temporal
     (:mod:`.stream`).  ``stats``, when given, receives ``"loops"``: how many loops the
-    function itself holds (0: only calls and straight-line code).
+    function itself holds (0: only calls and straight-line code).  With ``split`` (and a
+    sink), the large loops of a parallel loop's body go to bodies of their own
+    (:data:`.split.SPLIT_BODIES`).
     """
     module = ir.Module(name=symbol_name(func.name))
     em = FunctionEmitter(module, func, symbol_name(func.name), threads=threads, sink=sink,
                          stream=stream)
+    em.split = split
     em.run()
     if stats is not None:
         stats["loops"] = em.inline_loops
@@ -120,6 +127,8 @@ class StmtEmitter(ExprEmitter):
         # (body, chunk) by parallel.body_key; a serial body (emit_outlined_loop) has no chunk
         self.bodies: dict[str, tuple[ir.Function, ir.Function | None]] = {}
         self.sink: Any = None  # where outlined bodies go (emit_module)
+        self.split_sink: Any = None  # where a body's large loops go (:data:`.split.SPLIT_BODIES`)
+        self.split = False  # whether the parallel bodies emitted here get a split sink
         self._minmax_stores: dict[int, tuple[str, E.Expr, ir.Value]] = {}  # by id(Store)
         self.pool: dict[Buffer, ir.Value] = {}  # temporaries passed in by the caller
         self.stream: Streaming | None = None  # which output stores are non-temporal
@@ -141,8 +150,14 @@ class StmtEmitter(ExprEmitter):
 
     # ------------------------------------------------------------------------- statements
     def visit_Seq(self, s: Seq) -> None:
+        split = () if self.split_sink is None else split_loops(s, self.buffers)
         for x in s.stmts:
-            self.visit(x)
+            if any(x is y for y in split):
+                from .parallel import emit_outlined_loop
+
+                emit_outlined_loop(self, x, self.split_sink)
+            else:
+                self.visit(x)
 
     def visit_LetStmt(self, s: LetStmt) -> None:
         v = self.emit(s.value, s.var.dtype)

@@ -24,7 +24,10 @@ With a sink (:mod:`.parts`), a loop at the top level that is not parallel (a los
 sum of a bias gradient's partial rows) becomes a body as well (:func:`emit_outlined_loop`):
 ``i32 @body(ptr noalias buf..., values...)`` runs the whole loop and the function calls it
 once, so that the function itself is left with calls and straight-line code, which the
-backend compiles without optimisation (``tecomp.codegen.llvm.GLUE_UNOPTIMISED``).
+backend compiles without optimisation (``tecomp.codegen.llvm.GLUE_UNOPTIMISED``).  The same
+call of a body of its own serves the large loops of a parallel loop's body in a kernel with
+fewer parallel loops than compiling threads (:mod:`.split`), so that LLVM compiles
+the pieces of a lone large body side by side.
 
 Loops that are the same program up to the names of their variables and buffers share one
 body and one chunk function (:func:`body_key`): a gradient repeats its contractions, such as
@@ -35,7 +38,7 @@ given.  A shared body is marked ``noinline`` so that its call sites do not copy 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir
 
@@ -77,7 +80,7 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
         if em.sink is not None:  # a module of its own, compiled apart (and cached) by the sink
             symbol = em.sink.body(
                 key, lambda mod, name: _body(mod, name, body_type, s, bufs, vals, step,
-                                             em.stream))
+                                             em.stream, em.sink if em.split else None))
             body_fn = ir.Function(module, body_type, symbol)
         else:
             body_fn = _body(module, base, body_type, s, bufs, vals, step, em.stream)
@@ -113,7 +116,7 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
     b.position_at_end(cont)
 
 
-def emit_outlined_loop(em: StmtEmitter, s: For) -> None:
+def emit_outlined_loop(em: StmtEmitter, s: For, sink: Any = None) -> None:
     """Emit the loop ``s`` (at the top level, not parallel) as a call of a body function of
     its own, ``i32 (ptr noalias buf..., values...)``, which runs the whole loop: compiled
     apart by ``em.sink`` (at the kernel's speed level, cached and shared like the parallel
@@ -126,8 +129,8 @@ def emit_outlined_loop(em: StmtEmitter, s: For) -> None:
     shared = em.bodies.get(key)
     if shared is None:
         body_type = ir.FunctionType(T.I32, _arg_types(bufs, vals))
-        symbol = em.sink.body(key, lambda mod, name: _serial_body(mod, name, body_type, s,
-                                                                   bufs, vals, em.stream))
+        symbol = (sink if sink is not None else em.sink).body(
+            key, lambda mod, name: _serial_body(mod, name, body_type, s, bufs, vals, em.stream))
         shared = em.bodies[key] = (ir.Function(b.module, body_type, symbol), None)
     rc = b.call(shared[0], [x for _, x in bufs] + [x for _, x in vals])
     cont = em.fn.append_basic_block(f"{symbol_name(s.var.name)}.done")
@@ -180,11 +183,14 @@ def _body_emitter(module: ir.Module, name: str, body_type: ir.FunctionType, bufs
 
 
 def _body(module: ir.Module, name: str, body_type: ir.FunctionType, s: For, bufs: list,
-          vals: list, step: ir.Constant, stream: Streaming | None = None) -> ir.Function:
+          vals: list, step: ir.Constant, stream: Streaming | None = None,
+          sink: Any = None) -> ir.Function:
     """The body function ``name`` (of type ``body_type``) in ``module`` of the parallel loop
     ``s`` over the buffers ``bufs`` and the values ``vals`` of the enclosing scope (pairs of
-    the IR object and its LLVM value), with the enclosing function's streaming rule."""
+    the IR object and its LLVM value), with the enclosing function's streaming rule; with a
+    ``sink``, its large loops may go to bodies of their own (:mod:`.split`)."""
     sub = _body_emitter(module, name, body_type, bufs, vals, stream)
+    sub.split_sink = sink
     body_fn = sub.fn
     a_lo, a_hi, a_start, a_stop = body_fn.args[-4:]
     sb = sub.b

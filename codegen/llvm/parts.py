@@ -20,6 +20,12 @@ a :class:`Parts` as the sink, a kernel's module only declares its bodies; each b
   the bodies' addresses; the kernel's :class:`~.jit.JitFunction` keeps them alive
   (``parts``).
 
+A body may call bodies in turn: in a kernel with fewer parallel loops than compiling threads,
+the large loops of a body are bodies of their own (:mod:`.split`), so that the threads
+share its LLVM work.  :class:`Parts` records which bodies each body it emits calls
+(:attr:`Parts.calls`), links it against their addresses, keeps them alive with it
+(``parts``) and lists them in its cache entry, from which :func:`load` loads them first.
+
 So a body compiles once per process and machine, however many kernels run it: a gradient
 kernel recomputes its forward's stages, which the forward kernel compiled already, and the
 same projection or contraction recurs across programs.  A body's code cannot depend on the
@@ -88,12 +94,18 @@ def load(symbol: str, store: Any) -> JitFunction | None:
     entry = store.get(_disk_key(symbol))
     if entry is None or not isinstance(entry.get("object"), bytes):
         return None
+    names = entry.get("parts", "")
+    kids = [load(name, store) for name in (names.split() if isinstance(names, str) else ())]
+    if not isinstance(names, str) or any(k is None for k in kids):
+        return None
     from ...errors import CompileError
 
     try:
-        fn = load_object(entry["object"], symbol, stored_source(store, _disk_key(symbol)))
+        fn = load_object(entry["object"], symbol, stored_source(store, _disk_key(symbol)),
+                         symbols={k.name: k.address for k in kids})
     except CompileError:
         return None
+    fn.parts = tuple(kids)
     _remember(symbol, fn)
     return fn
 
@@ -106,9 +118,17 @@ class Parts:
     def __init__(self, store: Any, speed_level: int, host: Host | None) -> None:
         self.store, self.speed_level, self.host = store, speed_level, host
         self.jobs: dict[str, JitFunction | Future | tuple[bytes, str]] = {}
+        #: the bodies each body being emitted calls (a body split into bodies of its own:
+        #: ``emit.SPLIT_BODIES``), by symbol; they come before it in :attr:`jobs`
+        self.calls: dict[str, list[str]] = {}
+        self._emitting: list[str] = []
 
     def body(self, key: str, emit: Callable[[ir.Module, str], Any]) -> str:
         symbol = body_symbol(key, self.speed_level, self.host)
+        if self._emitting:  # called from the body being emitted
+            callees = self.calls.setdefault(self._emitting[-1], [])
+            if symbol not in callees:
+                callees.append(symbol)
         if symbol in self.jobs:
             return symbol
         found = load(symbol, self.store)
@@ -118,7 +138,11 @@ class Parts:
         from llvmlite import ir
 
         module = ir.Module(name=symbol)
-        emit(module, symbol)
+        self._emitting.append(symbol)
+        try:
+            emit(module, symbol)
+        finally:
+            self._emitting.pop()
         text = str(module)
         pool = compile_pool()
         if pool is None:
@@ -138,10 +162,13 @@ class Parts:
                 out[symbol] = job
                 continue
             obj, source = job if isinstance(job, tuple) else job.result()
-            fn = load_object(obj, symbol, source)
+            kids = [out[name] for name in self.calls.get(symbol, ())]
+            fn = load_object(obj, symbol, source, symbols={k.name: k.address for k in kids})
+            fn.parts = tuple(kids)
             _remember(symbol, fn)
             if self.store is not None:
-                store_code(self.store, _disk_key(symbol), obj, source)
+                store_code(self.store, _disk_key(symbol), obj, source,
+                           **({"parts": " ".join(k.name for k in kids)} if kids else {}))
             out[symbol] = fn
         return out
 

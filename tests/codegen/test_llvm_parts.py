@@ -267,3 +267,54 @@ def test_a_kernel_without_loops_of_its_own_compiles_unoptimised(monkeypatch, rng
     got = Kernel(scan, entry)(a, 6)  # n: no input's shape gives it
     np.testing.assert_allclose(got, a * 2.0 ** np.arange(6)[:, None], rtol=1e-12)
     assert levels["doubling"] == 3 and entry.parts  # the parallel loops are bodies still
+
+
+@pytest.mark.parametrize("split,with_elf", [(True, True), (True, False), (False, True)])
+def test_a_lone_body_is_split_and_its_parts_load_from_disk(tmp_path, rng, monkeypatch, split,
+                                                          with_elf):
+    """A kernel with fewer parallel loops than compiling threads (a real DCT: one loop over
+    blocks of columns, four stages in it) has the large loops of its body compiled as bodies
+    of their own, which the body calls; from the persistent cache alone (no LLVM) the body
+    is linked against them again. Results equal the evaluator's either way; with the
+    split off (``split.SPLIT_BODIES``) no body calls another."""
+    import dataclasses
+
+    from tecomp.codegen import llvm as backend
+    from tecomp.codegen.kernel import Kernel
+    from tecomp.codegen.llvm import split as splitting
+
+    monkeypatch.setattr(splitting, "SPLIT_BODIES", split)
+    monkeypatch.setattr(jit, "LOAD_WITH_ELF", with_elf)  # the parts linked by either loader
+    here = backend.describe()
+    monkeypatch.setattr(backend, "describe", lambda: dataclasses.replace(here, cores=4))
+    monkeypatch.setattr(parts, "BODIES", type(parts.BODIES)())
+    store = dc.DiskCache(tmp_path)
+    X = tc.placeholder((256, 64), name="X")
+    Y = tc.ops.dct(X)
+    low = tc.lower([Y], [X])
+    func = scheduled(low.func, "llvm", check_bounds=False)
+    assert splitting.parallel_loops(func) == 1
+
+    def run(entry, x):
+        return Kernel(func, entry, inputs=[X], outputs=[Y], hidden=low.constants,
+                      single=True)(x)
+
+    first = compile_function(func, cache=None, disk=store)
+    nested = [b for b in first.parts if b.parts]
+    assert len(nested) == (1 if split else 0)
+    assert all(len(b.parts) >= 2 for b in nested)
+    x = rng.standard_normal((256, 64))
+    want = tc.evaluate([Y], {X: x})[0]
+    x = x.astype(np.float32)
+    np.testing.assert_allclose(run(first, x), want, rtol=1e-4, atol=1e-4)
+
+    def no_llvm(*args, **kwargs):
+        raise AssertionError("compiled, not loaded from the persistent cache")
+
+    parts.BODIES.clear()
+    monkeypatch.setattr(backend, "compile_object", no_llvm)
+    monkeypatch.setattr(parts, "compile_object", no_llvm)
+    second = compile_function(func, cache=None, disk=store)
+    assert second.address != first.address
+    assert sorted(len(b.parts) for b in second.parts) == sorted(len(b.parts) for b in first.parts)
+    np.testing.assert_allclose(run(second, x), want, rtol=1e-4, atol=1e-4)
