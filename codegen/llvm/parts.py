@@ -119,7 +119,7 @@ class Parts:
         self.store, self.speed_level, self.host = store, speed_level, host
         self.jobs: dict[str, JitFunction | Future | tuple[bytes, str]] = {}
         #: the bodies each body being emitted calls (a body split into bodies of its own:
-        #: ``emit.SPLIT_BODIES``), by symbol; they come before it in :attr:`jobs`
+        #: :mod:`.split`), by symbol; they come before it in :attr:`jobs`
         self.calls: dict[str, list[str]] = {}
         self._emitting: list[str] = []
 
