@@ -143,9 +143,10 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         out = compile_now(emitted)
         out.pooled = pooled_buffers(emitted)
         if store is not None:
+            from .parts import parts_record
+
             record = _pooled_record(out.pooled)
-            store_code(store, key, out.object_code, out.main_source,
-                       **({"parts": " ".join(b.name for b in out.parts)} if out.parts else {}),
+            store_code(store, key, out.object_code, out.main_source, **parts_record(out.parts),
                        **({"pooled": record} if record is not None else {}))
         return out
 
@@ -154,10 +155,8 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         unusable: compile afresh and overwrite it)."""
         from . import parts
 
-        names = entry.get("parts", "")
-        bodies = [parts.load(name, store) for name in (names.split() if
-                                                        isinstance(names, str) else ())]
-        if not isinstance(names, str) or any(b is None for b in bodies):
+        bodies = parts.listed(entry, store)
+        if bodies is None:
             return None
         pooled = _pooled_from_record(entry.get("pooled"))
         if pooled is None:  # extents not stored as constants: schedule to find them

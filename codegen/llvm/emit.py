@@ -150,9 +150,10 @@ class StmtEmitter(ExprEmitter):
 
     # ------------------------------------------------------------------------- statements
     def visit_Seq(self, s: Seq) -> None:
-        split = () if self.split_sink is None else split_loops(s, self.buffers)
+        split = set() if self.split_sink is None else \
+            {id(x) for x in split_loops(s, self.buffers)}
         for x in s.stmts:
-            if any(x is y for y in split):
+            if id(x) in split:
                 from .parallel import emit_outlined_loop
 
                 emit_outlined_loop(self, x, self.split_sink)

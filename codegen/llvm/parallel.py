@@ -117,10 +117,11 @@ def emit_parallel_for(em: StmtEmitter, s: For) -> None:
 
 
 def emit_outlined_loop(em: StmtEmitter, s: For, sink: Any = None) -> None:
-    """Emit the loop ``s`` (at the top level, not parallel) as a call of a body function of
-    its own, ``i32 (ptr noalias buf..., values...)``, which runs the whole loop: compiled
-    apart by ``em.sink`` (at the kernel's speed level, cached and shared like the parallel
-    bodies), it leaves the kernel's own module without loops (``emit.OUTLINE_SERIAL``)."""
+    """Emit the serial loop ``s`` as a call of a body function of its own, ``i32 (ptr noalias
+    buf..., values...)``, which runs the whole loop, compiled apart by ``sink`` (default
+    ``em.sink``; at the kernel's speed level, cached and shared like the parallel bodies): a
+    top-level loop, which leaves the kernel's own module without loops
+    (``emit.OUTLINE_SERIAL``), or a large loop of a parallel loop's body (:mod:`.split`)."""
     from .emit import symbol_name
 
     b = em.b

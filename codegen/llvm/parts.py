@@ -94,9 +94,8 @@ def load(symbol: str, store: Any) -> JitFunction | None:
     entry = store.get(_disk_key(symbol))
     if entry is None or not isinstance(entry.get("object"), bytes):
         return None
-    names = entry.get("parts", "")
-    kids = [load(name, store) for name in (names.split() if isinstance(names, str) else ())]
-    if not isinstance(names, str) or any(k is None for k in kids):
+    kids = listed(entry, store)
+    if kids is None:
         return None
     from ...errors import CompileError
 
@@ -108,6 +107,26 @@ def load(symbol: str, store: Any) -> JitFunction | None:
     fn.parts = tuple(kids)
     _remember(symbol, fn)
     return fn
+
+
+def listed(entry: Any, store: Any) -> list[JitFunction] | None:
+    """The bodies a cache entry's code calls (its ``"parts"`` record, :func:`parts_record`),
+    loaded with :func:`load`; None when the record is unreadable or a body is missing."""
+    names = entry.get("parts", "")
+    if not isinstance(names, str):
+        return None
+    found: list[JitFunction] = []
+    for name in names.split():
+        fn = load(name, store)
+        if fn is None:
+            return None
+        found.append(fn)
+    return found
+
+
+def parts_record(fns: Any) -> dict[str, str]:
+    """The cache record listing the bodies ``fns`` that some code calls (none: no record)."""
+    return {"parts": " ".join(f.name for f in fns)} if fns else {}
 
 
 class Parts:
@@ -167,8 +186,7 @@ class Parts:
             fn.parts = tuple(kids)
             _remember(symbol, fn)
             if self.store is not None:
-                store_code(self.store, _disk_key(symbol), obj, source,
-                           **({"parts": " ".join(k.name for k in kids)} if kids else {}))
+                store_code(self.store, _disk_key(symbol), obj, source, **parts_record(kids))
             out[symbol] = fn
         return out
 
