@@ -97,6 +97,9 @@
   off: the loops in the kernel's own module, compiled at O3).
 * ``split``: two or more large serial loops side by side in a parallel loop's body each a
   body of their own, compiled apart (``codegen.llvm.split.SPLIT_BODIES``; off: all in the one body).
+* ``contract``: the row temporaries of a fused row loop (a softmax's exponentials, a layer
+  norm's centred rows) kept to the current row, allocated inside the loop
+  (``contract_rows.CONTRACT_ROWS``; off: whole matrices).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -126,6 +129,7 @@ if __package__ in (None, ""):
 os.environ.setdefault("TECOMP_CACHE", "0")
 
 import tecomp as tc  # noqa: E402
+from benchmarks import bench_cpu_cases as bench_cases  # noqa: E402
 from benchmarks.bench_cpu_cases import _cross_entropy_tc, gelu_erf_tc, gelu_tc  # noqa: E402
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen import llvm as llvm_backend  # noqa: E402
@@ -135,6 +139,7 @@ from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
 from tecomp.passes import lower, pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
     column_blocks,
+    contract_rows,
     copy_forward,
     digits,
     gemm,
@@ -204,6 +209,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "from_zero": patch([(microkernel, "FROM_ZERO", False)]),
         "glue": patch([(emit, "OUTLINE_SERIAL", False), (llvm_backend, "GLUE_UNOPTIMISED", False)]),
         "split": patch([(split, "SPLIT_BODIES", False)]),
+        "contract": patch([(contract_rows, "CONTRACT_ROWS", False)]),
     }
 
 
@@ -262,11 +268,11 @@ def programs():
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
         ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-         "inner_rows", "from_zero", "glue", "split")
+         "inner_rows", "from_zero", "glue", "split", "contract")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
                                  "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-                                 "inner_rows", "from_zero", "glue", "split")
+                                 "inner_rows", "from_zero", "glue", "split", "contract")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
@@ -291,8 +297,28 @@ def programs():
                tc.placeholder((768,), name="b"))
     Y = tc.ops.layer_norm(X, g, b)
     H = tc.placeholder(Y.shape, name="H")
+    yield "layer norm 2048x768 fwd", [Y], [X, g, b], ("contract",)
     yield "layer norm 2048x768 grad", list(tc.gradient(Y, [X, g, b], head=H)), [X, g, b, H], \
-        ("row_chunks", "inner_rows", "glue")
+        ("row_chunks", "inner_rows", "glue", "contract")
+    for n in (256, 1024):
+        X = tc.placeholder((n, n), name="X")
+        Y = tc.ops.softmax(X)
+        H = tc.placeholder(Y.shape, name="H")
+        yield f"softmax {n}^2 fwd", [Y], [X], ("contract",)
+        yield f"softmax {n}^2 grad", list(tc.gradient(Y, [X], head=H)), [X, H], ("contract",)
+    Z = tc.placeholder((4096, 1000), name="Z")
+    y = tc.placeholder((4096,), name="y", dtype="int64")
+    loss = _cross_entropy_tc(Z, y, 4096)
+    yield "softmax cross-entropy 4096x1000 fwd", [loss], [Z, y], ("contract",)
+    yield "softmax cross-entropy 4096x1000 grad", list(tc.gradient(loss, [Z])), [Z, y], \
+        ("contract",)
+    for heads, length, causal in ((4, 256, True), (8, 512, False)):
+        case = bench_cases.attention(heads, length, 64, causal=causal)
+        ins = [tc.placeholder(i.shape, name=i.name) for i in case.inputs]
+        O = case.tecomp(*ins)
+        HO = tc.placeholder(O.shape, name="HO")
+        yield f"{case.name} fwd", [O], ins, ("contract",)
+        yield f"{case.name} grad", list(tc.gradient(O, ins, head=HO)), [*ins, HO], ("contract",)
     S = tc.placeholder((8192, 768), name="S")
     t = tc.reduce_axis(8192, name="t")
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),

@@ -97,7 +97,8 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     (:func:`.dot.block_dots`), vector partial sums kept across reduction nests whose innermost
     loop is short (:func:`.vector_sums.vector_sums`), strip-mining of innermost loops by their index
     divisor (:func:`.mod.split_mod_loops`), fusion of consecutive parallel row loops
-    (:func:`.fuse_loops.fuse_row_loops`), zero-bordered copies split where their guard
+    (:func:`.fuse_loops.fuse_row_loops`) and their row temporaries kept to a row
+    (:func:`.contract_rows.contract_rows`), zero-bordered copies split where their guard
     changes (:func:`.borders.split_borders`), blocked float64-combined partial sums of long
     float32 reductions (:func:`.reduce_accumulators.block_sums`, blocks of 256 vectors of
     ``host``: default :func:`tecomp.host.describe`), the code constant bounds make dead or
@@ -113,6 +114,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
     """
     from .borders import split_borders
     from .column_blocks import block_columns
+    from .contract_rows import contract_rows
     from .dot import block_dots
     from .flat_loops import drop_dead_code, drop_unit_loops
     from .fuse_loops import fuse_row_loops
@@ -140,6 +142,7 @@ def schedule_cpu(func: LoweredFunc, *, threads: bool = True,
         if pack:
             func = reguard(func, unguarded)
     func = fuse_row_loops(split_mod_loops(vector_sums(block_dots(block_rows(func)), host)))
+    func = contract_rows(func)
     if BORDERS:
         func = split_borders(func)
     func = drop_dead_code(block_sums(func, block=256 * host.lanes(4), parallel=threads))

@@ -1,0 +1,182 @@
+"""Array contraction of row temporaries inside a fused row loop (a CPU scheduling pass).
+
+After :func:`.fuse_loops.fuse_row_loops` a softmax is one parallel loop over rows, but its
+temporaries are still whole matrices: the exponentials ``e[i0, i1]`` are written to a 256 KiB
+buffer (at 256 x 256) and read back a moment later by the same iteration, the row's maximum
+and sum are vectors.  A temporary that only the loop touches, always at its own row, needs
+only the current row: its dimension indexed by the loop variable is dropped and it is
+allocated inside the loop (array contraction after loop fusion: Gao, Olsen, Sarkar and
+Thekkath, "Collective Loop Fusion for Array Contraction", LCPC 1992)::
+
+    allocate e: float32[256, 256] {           parallel for (i0, 0, 256) {
+      parallel for (i0, 0, 256) {       ==>     allocate e: float32[256] {
+        e[i0, i1] = ..; .. e[i0, i1] ..           e[i1] = ..; .. e[i1] ..
+      } }                                       } }
+
+Legality.  A temporary ``t`` allocated around the loop qualifies when no statement outside
+the loop uses it, and at one position ``d`` every store and load of it inside the loop has
+the bare loop variable: iteration ``v`` then touches only the slice ``d = v``, which no other
+iteration reads, so each iteration may keep its slice to itself and drop it at the end.  Only
+slices of a constant size up to the stack allocation limit are contracted, so the row lives
+on the stack of whichever thread runs the iteration (a symbolic row would be a heap
+allocation per iteration).
+
+What it buys: the row stays in the first-level cache between the stage that writes it and
+the one that reads it, instead of a round trip through the second-level cache or memory, and
+the kernel needs no pooled temporary of the whole matrix (the softmax above: 256 KiB less).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tecomp import expr as E
+from tecomp.dtypes import to_numpy
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt, Store
+from tecomp.stmt_functor import StmtMutator, expr_children, rebuild_expr, stmt_exprs, walk_stmt
+
+from .schedule import trip_count
+
+#: contract the row temporaries of fused row loops (an A/B switch)
+CONTRACT_ROWS = True
+#: the largest row contracted, in bytes: the LLVM backend keeps temporaries up to this size on
+#: the stack (``codegen.llvm.layout.STACK_LIMIT``) and allocates larger ones on the heap
+ROW_BYTES = 16384
+
+
+def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
+    """``func`` with the row temporaries of its top-level parallel loops contracted (above).
+    Loops of fewer than ``min_trips`` iterations are left alone, as by
+    :func:`.fuse_loops.fuse_row_loops`: :func:`.schedule.fuse_parallel` collapses such a loop
+    with the perfect nest inside it, which an allocation in between would break."""
+    if not CONTRACT_ROWS:
+        return func
+    allocs: list[Buffer] = []
+    body = func.body
+    while isinstance(body, Allocate):
+        allocs.append(body.buffer)
+        body = body.body
+    items = list(body.stmts) if isinstance(body, Seq) else [body]
+    kept: list[Buffer] = []
+    for buf in allocs:
+        users = [n for n, s in enumerate(items) if _uses(s, buf)]
+        d = _row_position(items[users[0]], buf, min_trips) if len(users) == 1 else None
+        if d is None or not _small_row(buf, d):
+            kept.append(buf)
+            continue
+        n = users[0]
+        items[n] = _contract(items[n], buf, d)
+    if len(kept) == len(allocs):
+        return func
+    out: Stmt = items[0] if len(items) == 1 else Seq(tuple(items))
+    for b in reversed(kept):
+        out = Allocate(b, out)
+    return replace(func, body=out)
+
+
+def _uses(s: Stmt, buf: Buffer) -> bool:
+    """Whether ``s`` stores to or loads from ``buf``."""
+    for st in walk_stmt(s):
+        if isinstance(st, Store) and st.buffer == buf:
+            return True
+        if any(_loads_from(e, buf) for e in stmt_exprs(st)):
+            return True
+    return False
+
+
+def _loads_from(e: E.Expr, buf: Buffer) -> bool:
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, BufferLoad) and x.buffer == buf:
+            return True
+        stack.extend(expr_children(x))
+    return False
+
+
+def _row_position(loop: Stmt, buf: Buffer, min_trips: int) -> int | None:
+    """The position at which every access of ``buf`` in the parallel loop ``loop`` has the
+    bare loop variable, or None (not such a loop, or no such position)."""
+    if buf.scope != "temp" or not buf.shape or not isinstance(loop, For) \
+            or loop.kind != "parallel" or loop.step != 1:
+        return None
+    trips = trip_count(loop)
+    if trips is not None and trips < min_trips:
+        return None
+    idxs: list[tuple[E.Expr, ...]] = []
+    for st in walk_stmt(loop.body):
+        if isinstance(st, Allocate) and st.buffer == buf:
+            return None
+        if isinstance(st, Store) and st.buffer == buf:
+            idxs.append(st.indices)
+        for e in stmt_exprs(st):
+            _collect(e, buf, idxs)
+    rank = len(buf.shape)
+    for d in range(rank):
+        if all(len(i) == rank and i[d] == loop.var for i in idxs):
+            return d
+    return None
+
+
+def _collect(e: E.Expr, buf: Buffer, out: list) -> None:
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, BufferLoad) and x.buffer == buf:
+            out.append(x.indices)
+        stack.extend(expr_children(x))
+
+
+def _small_row(buf: Buffer, d: int) -> bool:
+    """Whether the slice of ``buf`` without dimension ``d`` has a constant size of at most
+    :data:`ROW_BYTES`."""
+    size = to_numpy(buf.dtype).itemsize
+    for k, x in enumerate(buf.shape):
+        if k == d:
+            continue
+        if not isinstance(x, E.Const):
+            return False
+        size *= max(int(x.value), 0)
+    return size <= ROW_BYTES
+
+
+def _contract(loop: For, buf: Buffer, d: int) -> For:
+    """``loop`` with ``buf`` allocated inside it, without its dimension ``d``."""
+    row = replace(buf, shape=buf.shape[:d] + buf.shape[d + 1:])
+    return replace(loop, body=Allocate(row, _Rows(buf, row, d).visit(loop.body)))
+
+
+class _Rows(StmtMutator):
+    """Accesses of ``old`` become accesses of ``new`` without the index at position ``d``."""
+
+    def __init__(self, old: Buffer, new: Buffer, d: int) -> None:
+        self.old, self.new, self.d = old, new, d
+        self.memo: dict[int, E.Expr] = {}
+
+    def visit_Store(self, s: Store) -> Stmt:
+        s2 = super().visit_Store(s)
+        assert isinstance(s2, Store)
+        if s2.buffer != self.old:
+            return s2
+        return replace(s2, buffer=self.new, indices=_drop(s2.indices, self.d))
+
+    def mutate_expr(self, e: E.Expr) -> E.Expr:
+        key = id(e)
+        if key not in self.memo:
+            kids = expr_children(e)
+            new = tuple(self.mutate_expr(x) for x in kids)
+            out = e if all(a is b for a, b in zip(new, kids)) else rebuild_expr(e, new)
+            if isinstance(out, BufferLoad) and out.buffer == self.old:
+                out = BufferLoad(self.new, _drop(out.indices, self.d), out.dtype)
+            self.memo[key] = out
+        return self.memo[key]
+
+
+def _drop(idx: tuple[E.Expr, ...], d: int) -> tuple[E.Expr, ...]:
+    return idx[:d] + idx[d + 1:]
