@@ -174,3 +174,23 @@ def _all_loops(s):
         x = getattr(s, attr, None)
         if x is not None and not isinstance(x, E.Expr):
             yield from _all_loops(x)
+
+
+@pytest.mark.parametrize("shared_only", [True, False])
+def test_rows_that_share_no_load_are_left_alone(monkeypatch, shared_only):
+    """A batch of row maxima (each ``X[i, j, :]`` read by one accumulator only) is blocked only
+    when SHARED_ONLY is off; a dense layer's rows and columns share loads either way."""
+    from tecomp.passes.schedule.cpu import dot
+
+    monkeypatch.setattr(dot, "SHARED_ONLY", shared_only)
+    X = tc.placeholder((4, 6, 16), name="X")
+    r = tc.reduce_axis(16, name="r")
+    out = tc.compute((4, 6), lambda i, j: tc.max(X[i, j, r], axis=r), name="M")
+    func, _ = lower_program([out], [X])
+    blocked = block_dots(func, rows=2, cols=2, min_inner=1)
+    assert (blocked is func) == shared_only
+    x = np.random.default_rng(5).standard_normal((4, 6, 16)).astype(np.float32)
+    np.testing.assert_array_equal(run(blocked, [x])[0], x.max(axis=2))
+    A, B = tc.placeholder((6, 10), name="A"), tc.placeholder((7, 10), name="B")
+    dense, _ = lower_program([tc.ops.dense(A, B)], [A, B])
+    assert block_dots(dense, rows=2, cols=2) is not dense

@@ -26,7 +26,10 @@ blocking of Lam, Rothberg & Wolf, ASPLOS 1991; the dot-product micro-kernel of B
 
 so that one vector of ``A[i + r, j]`` serves ``U`` accumulators and one of ``B[k + u, j]``
 serves ``R``: ``R + U`` loads per ``R * U`` multiply-adds instead of ``2`` per ``1``.  The
-vectoriser keeps the ``R * U`` partial sums in vector registers.
+vectoriser keeps the ``R * U`` partial sums in vector registers.  A nest where every load
+uses both ``i`` and ``k`` (the maxima of a batch of rows, ``max_j S[h, i, j]``) shares nothing
+and is left alone (``SHARED_ONLY``): blocked, it only kept a softmax's first stage from being
+fused with the others (the 8x512x64 attention's forward 1.22x slower so, one or two cores).
 
 Legality.  Each local accumulates exactly the terms of its own element in the original order
 with the original combiner (any of sum, prod, max, min), so results are bit-identical to the
@@ -90,7 +93,7 @@ def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
 
     def rewrite(loop: For) -> Stmt | None:
         m = match_dot(loop)
-        if m is None:
+        if m is None or (SHARED_ONLY and not _shares_a_load(m[4].value, loop.var, m[0].var)):
             return None
         inner = m[3][-1]
         ext = const_extent(inner.lo, inner.hi)
@@ -100,6 +103,23 @@ def block_dots(func: LoweredFunc, *, rows: int = 4, cols: int = 4,
 
     body = map_loops(func.body, rewrite)
     return func if body is func.body else replace(func, body=body)
+
+
+#: block only nests where some load serves several accumulators (an A/B switch; off: every
+#: matching nest, also rows of a batch that share nothing, such as a softmax's maxima over
+#: ``S[h, i, k]``, which blocking only keeps from being fused with the stages after them)
+SHARED_ONLY = True
+
+
+def _shares_a_load(value: E.Expr, i: E.Var, k: E.Var) -> bool:
+    """Whether ``value`` reads some buffer at an index without ``i`` or without ``k`` (a load
+    a block of ``(i, k)`` pairs shares)."""
+    for x in walk_expr(value):
+        if isinstance(x, BufferLoad) and x.indices:  # a scalar is a register already
+            used = set().union(*(expr_vars(e) for e in x.indices))
+            if i not in used or k not in used:
+                return True
+    return False
 
 
 def match_dot(loop: For):
