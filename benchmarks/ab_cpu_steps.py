@@ -100,6 +100,12 @@
 * ``contract``: the row temporaries of a fused row loop (a softmax's exponentials, a layer
   norm's centred rows) kept to the current row, allocated inside the loop
   (``contract_rows.CONTRACT_ROWS``; off: whole matrices).
+* ``batch_rows``: the row loops of a batch (a short parallel loop over heads around the loop
+  over rows, ``S[h, i, :]``) fused like long row loops (``fuse_loops.BATCH_ROWS``; off: only
+  parallel loops of 64 iterations or more).
+* ``shared_dots``: plain-order reductions blocked in registers only where some load serves
+  several accumulators (``dot.SHARED_ONLY``; off: every matching nest, a softmax's maxima over a
+  batch of rows too).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -142,6 +148,8 @@ from tecomp.passes.schedule.cpu import (  # noqa: E402
     contract_rows,
     copy_forward,
     digits,
+    dot,
+    fuse_loops,
     gemm,
     gemm_dot,
     microkernel,
@@ -210,6 +218,8 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "glue": patch([(emit, "OUTLINE_SERIAL", False), (llvm_backend, "GLUE_UNOPTIMISED", False)]),
         "split": patch([(split, "SPLIT_BODIES", False)]),
         "contract": patch([(contract_rows, "CONTRACT_ROWS", False)]),
+        "batch_rows": patch([(fuse_loops, "BATCH_ROWS", False)]),
+        "shared_dots": patch([(dot, "SHARED_ONLY", False)]),
     }
 
 
@@ -256,7 +266,7 @@ def programs():
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops", "inner_rows",
                  "column_blocks", "aligned_heap", "backend_unroll", "backend_digits",
-                 "from_zero", "split")
+                 "from_zero", "split", "shared_dots")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
@@ -268,11 +278,12 @@ def programs():
     loss = _cross_entropy_tc(tc.ops.dense(relu, W2, b2, name="z"), y, 256)
     yield "MLP 784-1024-10 + CE fwd", [loss], [x, W1, b1, W2, b2, y], \
         ("dot_unroll", "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-         "inner_rows", "from_zero", "glue", "split", "contract")
+         "inner_rows", "from_zero", "glue", "split", "contract", "shared_dots")
     yield "MLP 784-1024-10 + CE grad", list(tc.gradient(loss, [W1, b1, W2, b2])), \
         [x, W1, b1, W2, b2, y], ("rows", "k_unroll", "rows_once", "column_split", "dot_unroll",
                                  "share_indices", "whole_packs", "aligned_heap", "backend_unroll",
-                                 "inner_rows", "from_zero", "glue", "split", "contract")
+                                 "inner_rows", "from_zero", "glue", "split", "contract",
+                                 "shared_dots")
     for nin, nout in ((768, 3072), (3072, 768)):
         xd, Wd, bd = (tc.placeholder((512, nin), name="x"), tc.placeholder((nout, nin), name="W"),
                       tc.placeholder((nout,), name="b"))
@@ -317,8 +328,9 @@ def programs():
         ins = [tc.placeholder(i.shape, name=i.name) for i in case.inputs]
         O = case.tecomp(*ins)
         HO = tc.placeholder(O.shape, name="HO")
-        yield f"{case.name} fwd", [O], ins, ("contract",)
-        yield f"{case.name} grad", list(tc.gradient(O, ins, head=HO)), [*ins, HO], ("contract",)
+        steps = ("contract", "batch_rows", "shared_dots")
+        yield f"{case.name} fwd", [O], ins, steps
+        yield f"{case.name} grad", list(tc.gradient(O, ins, head=HO)), [*ins, HO], steps
     S = tc.placeholder((8192, 768), name="S")
     t = tc.reduce_axis(8192, name="t")
     yield "column sum 8192x768", [tc.compute((768,), lambda j: tc.sum(S[t, j], axis=t),

@@ -111,3 +111,14 @@ def test_short_row_loops_are_left_to_collapse():
     fused = fuse_row_loops(lower([Y], [X]), min_trips=8)
     assert ("softmax_exp", 2, False) in _allocations(contract_rows(fused).body)
     assert ("softmax_exp", 1, True) in _allocations(contract_rows(fused, min_trips=8).body)
+
+
+def test_a_batch_of_rows_keeps_one_row():
+    """[heads, rows, columns]: the batch's nest owns a row per (head, row) pair; the
+    exponentials lose both of those dimensions."""
+    X = tc.placeholder((4, 80, 48), name="X")
+    Y = tc.ops.softmax(X)
+    func = contract_rows(fuse_row_loops(lower([Y], [X])))
+    assert ("softmax_exp", 1, True) in _allocations(func.body)
+    x = np.random.default_rng(7).standard_normal((4, 80, 48)).astype(np.float32)
+    _check([Y], [X], [x])

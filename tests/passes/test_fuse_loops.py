@@ -113,3 +113,35 @@ def test_rows_of_a_symbolic_length_are_fused(monkeypatch, symbolic):
         x = np.random.default_rng(rows).standard_normal((rows, 96)).astype(np.float32)
         want = tc.evaluate([Y], {X: x})[0]
         np.testing.assert_allclose(kernel(x), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("batch_rows", [True, False])
+def test_rows_of_a_batch_are_fused(monkeypatch, batch_rows):
+    """A softmax over the last axis of [heads, rows, columns]: four nests of a short parallel
+    loop over heads around the rows, one nest with the four stages inside (BATCH_ROWS)."""
+    from tecomp.passes.schedule.cpu import fuse_loops
+
+    monkeypatch.setattr(fuse_loops, "BATCH_ROWS", batch_rows)
+    X = tc.placeholder((4, 80, 48), name="X")
+    Y = tc.ops.softmax(X)
+    func = lower([Y], [X])
+    assert len(_top_loops(func)) == 4
+    loops = _top_loops(fuse_row_loops(func))
+    assert len(loops) == (1 if batch_rows else 4)
+    if batch_rows:
+        inner = loops[0].body
+        assert isinstance(inner, For) and isinstance(inner.body, Seq)
+        assert len(inner.body.stmts) == 4
+    x = np.random.default_rng(4).standard_normal((4, 80, 48)).astype(np.float32)
+    _check([Y], [X], [x])
+
+
+def test_rows_of_a_batch_read_at_another_row_stay_apart():
+    X = tc.placeholder((4, 80, 48), name="X")
+    A = tc.ops.softmax(X)
+    B = tc.compute((4, 80, 48), lambda h, i, j: A[h, 79 - i, j] * 2.0, name="B")
+    func = lower([A, B], [X])
+    fused = fuse_row_loops(func)
+    assert len(_top_loops(fused)) == 2  # the softmax's four stages, then B apart
+    x = np.random.default_rng(6).standard_normal((4, 80, 48)).astype(np.float32)
+    _check([A, B], [X], [x])

@@ -13,6 +13,10 @@ Thekkath, "Collective Loop Fusion for Array Contraction", LCPC 1992)::
         e[i0, i1] = ..; .. e[i0, i1] ..           e[i1] = ..; .. e[i1] ..
       } }                                       } }
 
+The rows of a batch (a short parallel loop over heads around the loop over rows, fused by
+:func:`.fuse_loops.fuse_row_loops`) own a row per pair of their variables: a temporary indexed
+by both bare variables loses both dimensions and is allocated inside the inner loop.
+
 Legality.  A temporary ``t`` allocated around the loop qualifies when no statement outside
 the loop uses it, and at one position ``d`` every store and load of it inside the loop has
 the bare loop variable: iteration ``v`` then touches only the slice ``d = v``, which no other
@@ -60,12 +64,15 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     kept: list[Buffer] = []
     for buf in allocs:
         users = [n for n, s in enumerate(items) if _uses(s, buf)]
-        d = _row_position(items[users[0]], buf, min_trips) if len(users) == 1 else None
-        if d is None or not _small_row(buf, d):
+        chain, dims = _row_positions(items[users[0]], buf, min_trips) if len(users) == 1 \
+            else ([], [])
+        if not chain or not _small_row(buf, dims):
             kept.append(buf)
             continue
         n = users[0]
-        items[n] = _contract(items[n], buf, d)
+        loop = items[n]
+        assert isinstance(loop, For)
+        items[n] = _contract(loop, chain, buf, dims)
     if len(kept) == len(allocs):
         return func
     out: Stmt = items[0] if len(items) == 1 else Seq(tuple(items))
@@ -97,28 +104,47 @@ def _loads_from(e: E.Expr, buf: Buffer) -> bool:
     return False
 
 
-def _row_position(loop: Stmt, buf: Buffer, min_trips: int) -> int | None:
-    """The position at which every access of ``buf`` in the parallel loop ``loop`` has the
-    bare loop variable, or None (not such a loop, or no such position)."""
-    if buf.scope != "temp" or not buf.shape or not isinstance(loop, For) \
-            or loop.kind != "parallel" or loop.step != 1:
-        return None
+def _row_loops(loop: Stmt, min_trips: int) -> list[For]:
+    """The loops whose iterations own the rows of ``loop``: a parallel loop of at least
+    ``min_trips`` iterations (or a symbolic count) alone; a shorter one with the loop over
+    rows it holds (a batch of rows fused by :func:`.fuse_loops.fuse_row_loops`); else none."""
+    if not isinstance(loop, For) or loop.kind != "parallel" or loop.step != 1:
+        return []
     trips = trip_count(loop)
-    if trips is not None and trips < min_trips:
-        return None
+    if trips is None or trips >= min_trips:
+        return [loop]
+    inner = loop.body
+    if isinstance(inner, For) and inner.kind == "serial" and inner.step == 1:
+        return [loop, inner]
+    return []
+
+
+def _row_positions(loop: Stmt, buf: Buffer, min_trips: int) -> tuple[list[For], list[int]]:
+    """The row loops of ``loop`` and, for each, the position at which every access of ``buf``
+    has its bare variable (([], []) when there are none or some has no such position)."""
+    chain = _row_loops(loop, min_trips) if buf.scope == "temp" and buf.shape else []
+    if not chain:
+        return [], []
     idxs: list[tuple[E.Expr, ...]] = []
-    for st in walk_stmt(loop.body):
+    for st in walk_stmt(chain[-1].body):
         if isinstance(st, Allocate) and st.buffer == buf:
-            return None
+            return [], []
         if isinstance(st, Store) and st.buffer == buf:
             idxs.append(st.indices)
         for e in stmt_exprs(st):
             _collect(e, buf, idxs)
+    if isinstance(loop, For) and len(chain) == 2:  # nothing between the two loops uses it
+        if any(_loads_from(e, buf) for e in (chain[1].lo, chain[1].hi)):
+            return [], []
     rank = len(buf.shape)
-    for d in range(rank):
-        if all(len(i) == rank and i[d] == loop.var for i in idxs):
-            return d
-    return None
+    dims = []
+    for x in chain:
+        d = next((d for d in range(rank)
+                  if all(len(i) == rank and i[d] == x.var for i in idxs)), None)
+        if d is None or d in dims:
+            return [], []
+        dims.append(d)
+    return chain, dims
 
 
 def _collect(e: E.Expr, buf: Buffer, out: list) -> None:
@@ -133,12 +159,12 @@ def _collect(e: E.Expr, buf: Buffer, out: list) -> None:
         stack.extend(expr_children(x))
 
 
-def _small_row(buf: Buffer, d: int) -> bool:
-    """Whether the slice of ``buf`` without dimension ``d`` has a constant size of at most
-    :data:`ROW_BYTES`."""
+def _small_row(buf: Buffer, dims: list[int]) -> bool:
+    """Whether the slice of ``buf`` without dimensions ``dims`` has a constant size of at
+    most :data:`ROW_BYTES`."""
     size = to_numpy(buf.dtype).itemsize
     for k, x in enumerate(buf.shape):
-        if k == d:
+        if k in dims:
             continue
         if not isinstance(x, E.Const):
             return False
@@ -146,17 +172,21 @@ def _small_row(buf: Buffer, d: int) -> bool:
     return size <= ROW_BYTES
 
 
-def _contract(loop: For, buf: Buffer, d: int) -> For:
-    """``loop`` with ``buf`` allocated inside it, without its dimension ``d``."""
-    row = replace(buf, shape=buf.shape[:d] + buf.shape[d + 1:])
-    return replace(loop, body=Allocate(row, _Rows(buf, row, d).visit(loop.body)))
+def _contract(loop: For, chain: list[For], buf: Buffer, dims: list[int]) -> For:
+    """``loop`` with ``buf`` allocated inside the innermost loop of ``chain``, without its
+    dimensions ``dims``."""
+    row = replace(buf, shape=tuple(x for k, x in enumerate(buf.shape) if k not in dims))
+    rows = _Rows(buf, row, dims)
+    inner = chain[-1]
+    inner = replace(inner, body=Allocate(row, rows.visit(inner.body)))
+    return inner if len(chain) == 1 else replace(loop, body=inner)
 
 
 class _Rows(StmtMutator):
-    """Accesses of ``old`` become accesses of ``new`` without the index at position ``d``."""
+    """Accesses of ``old`` become accesses of ``new`` without the indices at ``dims``."""
 
-    def __init__(self, old: Buffer, new: Buffer, d: int) -> None:
-        self.old, self.new, self.d = old, new, d
+    def __init__(self, old: Buffer, new: Buffer, dims: list[int]) -> None:
+        self.old, self.new, self.dims = old, new, dims
         self.memo: dict[int, E.Expr] = {}
 
     def visit_Store(self, s: Store) -> Stmt:
@@ -164,7 +194,7 @@ class _Rows(StmtMutator):
         assert isinstance(s2, Store)
         if s2.buffer != self.old:
             return s2
-        return replace(s2, buffer=self.new, indices=_drop(s2.indices, self.d))
+        return replace(s2, buffer=self.new, indices=_drop(s2.indices, self.dims))
 
     def mutate_expr(self, e: E.Expr) -> E.Expr:
         key = id(e)
@@ -173,10 +203,10 @@ class _Rows(StmtMutator):
             new = tuple(self.mutate_expr(x) for x in kids)
             out = e if all(a is b for a, b in zip(new, kids)) else rebuild_expr(e, new)
             if isinstance(out, BufferLoad) and out.buffer == self.old:
-                out = BufferLoad(self.new, _drop(out.indices, self.d), out.dtype)
+                out = BufferLoad(self.new, _drop(out.indices, self.dims), out.dtype)
             self.memo[key] = out
         return self.memo[key]
 
 
-def _drop(idx: tuple[E.Expr, ...], d: int) -> tuple[E.Expr, ...]:
-    return idx[:d] + idx[d + 1:]
+def _drop(idx: tuple[E.Expr, ...], dims: list[int]) -> tuple[E.Expr, ...]:
+    return tuple(x for k, x in enumerate(idx) if k not in dims)
