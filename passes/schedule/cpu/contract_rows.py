@@ -62,10 +62,12 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
         body = body.body
     items = list(body.stmts) if isinstance(body, Seq) else [body]
     kept: list[Buffer] = []
+    seen = [_accesses(s) for s in items]
     for buf in allocs:
-        users = [n for n, s in enumerate(items) if _uses(s, buf)]
-        chain, dims = _row_positions(items[users[0]], buf, min_trips) if len(users) == 1 \
-            else ([], [])
+        users = [n for n, (found, _) in enumerate(seen) if buf in found]
+        chain, dims = [], []
+        if len(users) == 1 and buf not in seen[users[0]][1]:
+            chain, dims = _row_positions(items[users[0]], buf, seen[users[0]][0][buf], min_trips)
         if not chain or not _small_row(buf, dims):
             kept.append(buf)
             continue
@@ -81,27 +83,27 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     return replace(func, body=out)
 
 
-def _uses(s: Stmt, buf: Buffer) -> bool:
-    """Whether ``s`` stores to or loads from ``buf``."""
+def _accesses(s: Stmt) -> tuple[dict[Buffer, list[tuple[E.Expr, ...]]], set[Buffer]]:
+    """The indices of every store and load of each buffer in ``s`` (loop bounds included),
+    and the buffers ``s`` allocates; one walk (shared sub-expressions once)."""
+    found: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    allocated: set[Buffer] = set()
+    seen: set[int] = set()
     for st in walk_stmt(s):
-        if isinstance(st, Store) and st.buffer == buf:
-            return True
-        if any(_loads_from(e, buf) for e in stmt_exprs(st)):
-            return True
-    return False
-
-
-def _loads_from(e: E.Expr, buf: Buffer) -> bool:
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, BufferLoad) and x.buffer == buf:
-            return True
-        stack.extend(expr_children(x))
-    return False
+        if isinstance(st, Allocate):
+            allocated.add(st.buffer)
+        elif isinstance(st, Store):
+            found.setdefault(st.buffer, []).append(st.indices)
+        stack = list(stmt_exprs(st))
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if isinstance(x, BufferLoad):
+                found.setdefault(x.buffer, []).append(x.indices)
+            stack.extend(expr_children(x))
+    return found, allocated
 
 
 def _row_loops(loop: Stmt, min_trips: int) -> list[For]:
@@ -119,25 +121,16 @@ def _row_loops(loop: Stmt, min_trips: int) -> list[For]:
     return []
 
 
-def _row_positions(loop: Stmt, buf: Buffer, min_trips: int) -> tuple[list[For], list[int]]:
+def _row_positions(loop: Stmt, buf: Buffer, idxs: list[tuple[E.Expr, ...]],
+                   min_trips: int) -> tuple[list[For], list[int]]:
     """The row loops of ``loop`` and, for each, the position at which every access of ``buf``
-    has its bare variable (([], []) when there are none or some has no such position)."""
+    (``idxs``, all of them in ``loop``, bounds included) has its bare variable (([], []) when
+    there are none or some has no such position: a load in a bound has none)."""
     chain = _row_loops(loop, min_trips) if buf.scope == "temp" and buf.shape else []
     if not chain:
         return [], []
-    idxs: list[tuple[E.Expr, ...]] = []
-    for st in walk_stmt(chain[-1].body):
-        if isinstance(st, Allocate) and st.buffer == buf:
-            return [], []
-        if isinstance(st, Store) and st.buffer == buf:
-            idxs.append(st.indices)
-        for e in stmt_exprs(st):
-            _collect(e, buf, idxs)
-    if isinstance(loop, For) and len(chain) == 2:  # nothing between the two loops uses it
-        if any(_loads_from(e, buf) for e in (chain[1].lo, chain[1].hi)):
-            return [], []
     rank = len(buf.shape)
-    dims = []
+    dims: list[int] = []
     for x in chain:
         d = next((d for d in range(rank)
                   if all(len(i) == rank and i[d] == x.var for i in idxs)), None)
@@ -145,18 +138,6 @@ def _row_positions(loop: Stmt, buf: Buffer, min_trips: int) -> tuple[list[For], 
             return [], []
         dims.append(d)
     return chain, dims
-
-
-def _collect(e: E.Expr, buf: Buffer, out: list) -> None:
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, BufferLoad) and x.buffer == buf:
-            out.append(x.indices)
-        stack.extend(expr_children(x))
 
 
 def _small_row(buf: Buffer, dims: list[int]) -> bool:
