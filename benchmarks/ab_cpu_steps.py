@@ -106,6 +106,8 @@
 * ``shared_dots``: plain-order reductions blocked in registers only where some load serves
   several accumulators (``dot.SHARED_ONLY``; off: every matching nest, a softmax's maxima over a
   batch of rows too).
+* ``ldexp``: ``exp``'s scaling by ``2^n`` one ``llvm.ldexp`` (``vscalef``) on AVX-512 hosts
+  (``codegen.llvm.vmath.LDEXP``; off: two multiplications by powers of two from the bits).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -140,7 +142,7 @@ from benchmarks.bench_cpu_cases import _cross_entropy_tc, gelu_erf_tc, gelu_tc  
 from benchmarks.bench_cpu_child import round_robin  # noqa: E402
 from tecomp.codegen import llvm as llvm_backend  # noqa: E402
 from tecomp.codegen.cache import KERNELS  # noqa: E402
-from tecomp.codegen.llvm import emit, emit_expr, parts, split, stream  # noqa: E402
+from tecomp.codegen.llvm import emit, emit_expr, parts, split, stream, vmath  # noqa: E402
 from tecomp.ops import butterfly, butterfly_grad  # noqa: E402
 from tecomp.passes import lower, pad_windows, phase_split  # noqa: E402
 from tecomp.passes.schedule.cpu import (  # noqa: E402
@@ -220,6 +222,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "contract": patch([(contract_rows, "CONTRACT_ROWS", False)]),
         "batch_rows": patch([(fuse_loops, "BATCH_ROWS", False)]),
         "shared_dots": patch([(dot, "SHARED_ONLY", False)]),
+        "ldexp": patch([(vmath, "LDEXP", False)]),
     }
 
 
@@ -315,20 +318,21 @@ def programs():
         X = tc.placeholder((n, n), name="X")
         Y = tc.ops.softmax(X)
         H = tc.placeholder(Y.shape, name="H")
-        yield f"softmax {n}^2 fwd", [Y], [X], ("contract",)
-        yield f"softmax {n}^2 grad", list(tc.gradient(Y, [X], head=H)), [X, H], ("contract",)
+        yield f"softmax {n}^2 fwd", [Y], [X], ("contract", "ldexp")
+        yield f"softmax {n}^2 grad", list(tc.gradient(Y, [X], head=H)), [X, H], \
+            ("contract", "ldexp")
     Z = tc.placeholder((4096, 1000), name="Z")
     y = tc.placeholder((4096,), name="y", dtype="int64")
     loss = _cross_entropy_tc(Z, y, 4096)
-    yield "softmax cross-entropy 4096x1000 fwd", [loss], [Z, y], ("contract",)
+    yield "softmax cross-entropy 4096x1000 fwd", [loss], [Z, y], ("contract", "ldexp")
     yield "softmax cross-entropy 4096x1000 grad", list(tc.gradient(loss, [Z])), [Z, y], \
-        ("contract",)
+        ("contract", "ldexp")
     for heads, length, causal in ((4, 256, True), (8, 512, False)):
         case = bench_cases.attention(heads, length, 64, causal=causal)
         ins = [tc.placeholder(i.shape, name=i.name) for i in case.inputs]
         O = case.tecomp(*ins)
         HO = tc.placeholder(O.shape, name="HO")
-        steps = ("contract", "batch_rows", "shared_dots")
+        steps = ("contract", "batch_rows", "shared_dots", "ldexp")
         yield f"{case.name} fwd", [O], ins, steps
         yield f"{case.name} grad", list(tc.gradient(O, ins, head=HO)), [*ins, HO], steps
     S = tc.placeholder((8192, 768), name="S")

@@ -174,6 +174,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
 
     def compile_now(emitted: LoweredFunc) -> JitFunction:
         from . import split as splitting
+        from . import vmath
         from .emit import emit_module  # not imported on the path that loads cached code
         from .parts import Parts
         from .stream import streaming
@@ -184,7 +185,7 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         # fewer bodies than compiling threads: split large bodies so that none stays idle
         split = splitting.SPLIT_BODIES and sink is not None and \
             splitting.parallel_loops(emitted) < describe().cores
-        with LOCK:
+        with LOCK, vmath.for_host((host or describe()).features):
             try:
                 module = emit_module(emitted, threads=threads, sink=sink,
                                      stream=streaming(host or describe()), stats=stats,

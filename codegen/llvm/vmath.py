@@ -15,7 +15,12 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   ``n*ln2_hi`` is exact), ``|r| <= ln2/2``; ``exp(r)`` by its Taylor polynomial (degree 7 for
   float, 13 for double: truncation error below 1e-8 resp. 5e-18 relative); the result is
   ``exp(r) * 2^(n//2) * 2^(n - n//2)``: two exact power-of-two scalings, so results that
-  overflow become inf and results in the subnormal range are rounded once.  ``x`` is clamped
+  overflow become inf and results in the subnormal range are rounded once.  Where the code is
+  for AVX-512 (:func:`for_host`), the scaling is ``llvm.ldexp(exp(r), n)``, which LLVM makes
+  one ``vscalefps``/``vscalefpd`` (the same single rounding; on AVX2 it would be a C library
+  call per element): 8 vector operations of about 30 fewer (``LDEXP``; ``python -m
+  benchmarks.ab_cpu_steps --only ldexp``, one core: softmax 1.10-1.19x, softmax
+  cross-entropy 1.15-1.17x faster).  ``x`` is clamped
   to at most 89 (float) or 710 (double), beyond the overflow threshold, and below -104
   (-746), past the underflow threshold, the result is 0 (computed from ``x = 0`` and
   replaced, so that no subnormal is made), which keeps ``n`` an integer of a few bits.
@@ -65,7 +70,8 @@ is computed in float.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from llvmlite import ir
 
@@ -179,10 +185,46 @@ def _exp(f: _B, x: ir.Value) -> ir.Value:
     n, r = f.reduce_ln2(xc)
     p = f.horner(r, [1.0 / math.factorial(j) for j in range(k.exp_terms + 1)])
     ni = b.fptosi(n, k.it)
-    n1 = b.ashr(ni, k.i(1))
-    n2 = b.sub(ni, n1)
-    y = f.mul(f.mul(p, f.pow2(n1)), f.pow2(n2))
+    if LDEXP and _scalef():  # one vscalef: the same single rounding, inf on overflow
+        fn = T.declare(b.module, f"llvm.ldexp.{k.suffix}.i32", k.t, [k.t, T.I32])
+        y = b.call(fn, [p, b.trunc(ni, T.I32) if k.double else ni])
+    else:
+        n1 = b.ashr(ni, k.i(1))
+        n2 = b.sub(ni, n1)
+        y = f.mul(f.mul(p, f.pow2(n1)), f.pow2(n2))
     return f.sel(nan, x, f.sel(zero, k.c(0.0), y))
+
+
+#: the scaling by ``2^n`` of ``exp`` as ``llvm.ldexp`` where the host has AVX-512 (an A/B
+#: switch); off, or elsewhere: two multiplications by powers of two made from the bits
+LDEXP = True
+
+
+#: the features of the host the code being emitted is for (:func:`for_host`); None: this one
+_target: dict[str, str | None] = {"features": None}
+
+
+@contextmanager
+def for_host(features: str) -> Iterator[None]:
+    """Emit for a host with these LLVM ``features`` (a build for another host than this
+    one: an AVX2 description on an AVX-512 machine); callers hold the emitter's lock."""
+    before = _target["features"]
+    _target["features"] = features
+    try:
+        yield
+    finally:
+        _target["features"] = before
+
+
+def _scalef() -> bool:
+    """Whether the code is compiled for AVX-512 (F), whose ``vscalefps``/``vscalefpd`` is what
+    LLVM makes of a vector ``llvm.ldexp``; elsewhere it becomes a C library call per element."""
+    features = _target["features"]
+    if features is None:
+        from ...host import describe
+
+        features = describe().features
+    return "+avx512f" in features.split(",")
 
 
 def _log(f: _B, x: ir.Value) -> ir.Value:

@@ -179,3 +179,37 @@ def test_erf_vectorised() -> None:
     for dtype, lane in (("float32", "x float>"), ("float64", "x double>")):
         src = kernel("erf", dtype).source
         assert lane in src and "@erf" not in src
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("ldexp", [True, False])
+def test_exp_either_scaling(monkeypatch, store, ldexp: bool, dtype: str) -> None:
+    """``exp``'s scaling by ``2^n``: ``llvm.ldexp`` (one ``vscalef`` on AVX-512 hosts) or two
+    multiplications by powers of two; both within the bound, subnormal results and the
+    overflow threshold included."""
+    from tecomp.codegen.cache import KERNELS
+    from tecomp.codegen.llvm import parts, vmath
+
+    monkeypatch.setattr(vmath, "LDEXP", ldexp)  # ``store``: a fresh persistent cache
+    KERNELS.clear()
+    parts.BODIES.clear()  # bodies are keyed by their loops, which the switch does not change
+    try:
+        n = tc.var("n")
+        X = tc.placeholder((n,), name="X", dtype=dtype)
+        k = tc.build(tc.compute((n,), lambda i: tc.exp(X[i]), name="Y"), [X])
+        assert ("llvm.ldexp" in k.source) == (ldexp and vmath._scalef())
+        fi = np.finfo(dtype)
+        over = float(np.log(fi.max))
+        sub = float(np.log(fi.tiny))  # below: subnormal results
+        rng = np.random.default_rng(11)
+        x = np.concatenate([rng.uniform(-1.05 * -sub, 1.05 * over, 40000),
+                            rng.uniform(sub - 30, sub, 20000), [over, -over, sub]]).astype(dtype)
+        got = k(x)
+        ref = reference("exp", x)
+        with np.errstate(all="ignore"):
+            finite = np.isfinite(ref.astype(dtype))
+        assert np.array_equal(np.isfinite(got), finite)
+        assert ulp_error(got[finite], ref[finite], dtype).max() <= MAX_ULP["exp"]
+    finally:
+        KERNELS.clear()
+        parts.BODIES.clear()
