@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_order import lower
+from test_fuse_loops import _check
 
 import tecomp as tc
 from tecomp.loopir import Allocate, For, Seq
@@ -36,15 +37,6 @@ def _allocations(stmt):
 
     walk(stmt, False)
     return out
-
-
-def _check(outs, ins, arrays, rtol=1e-5):
-    kernel = tc.build(outs, ins)
-    got = kernel(*arrays)
-    got = got if isinstance(got, tuple) else (got,)
-    want = tc.evaluate(outs, dict(zip(ins, arrays)))
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize("on", [True, False])

@@ -37,9 +37,9 @@ from dataclasses import replace
 from tecomp import expr as E
 from tecomp.dtypes import to_numpy
 from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt, Store
-from tecomp.stmt_functor import StmtMutator, expr_children, rebuild_expr, stmt_exprs, walk_stmt
+from tecomp.stmt_functor import StmtMutator, expr_children, rebuild_expr
 
-from .schedule import trip_count
+from .schedule import collect_accesses, trip_count
 
 #: contract the row temporaries of fused row loops (an A/B switch)
 CONTRACT_ROWS = True
@@ -64,9 +64,9 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     kept: list[Buffer] = []
     seen = [_accesses(s) for s in items]
     for buf in allocs:
-        users = [n for n, (found, _) in enumerate(seen) if buf in found]
+        users = [n for n, (found, _, opaque) in enumerate(seen) if buf in found or opaque]
         chain, dims = [], []
-        if len(users) == 1 and buf not in seen[users[0]][1]:
+        if len(users) == 1 and buf not in seen[users[0]][1] and not seen[users[0]][2]:
             chain, dims = _row_positions(items[users[0]], buf, seen[users[0]][0][buf], min_trips)
         if not chain or not _small_row(buf, dims):
             kept.append(buf)
@@ -83,27 +83,17 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     return replace(func, body=out)
 
 
-def _accesses(s: Stmt) -> tuple[dict[Buffer, list[tuple[E.Expr, ...]]], set[Buffer]]:
+def _accesses(s: Stmt) -> tuple[dict[Buffer, list[tuple[E.Expr, ...]]], set[Buffer], bool]:
     """The indices of every store and load of each buffer in ``s`` (loop bounds included),
-    and the buffers ``s`` allocates; one walk (shared sub-expressions once)."""
-    found: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    the buffers ``s`` allocates, and whether it holds a statement of unknown accesses."""
+    stores: dict[Buffer, list[tuple[E.Expr, ...]]] = {}
+    loads: list[BufferLoad] = []
     allocated: set[Buffer] = set()
-    seen: set[int] = set()
-    for st in walk_stmt(s):
-        if isinstance(st, Allocate):
-            allocated.add(st.buffer)
-        elif isinstance(st, Store):
-            found.setdefault(st.buffer, []).append(st.indices)
-        stack = list(stmt_exprs(st))
-        while stack:
-            x = stack.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            if isinstance(x, BufferLoad):
-                found.setdefault(x.buffer, []).append(x.indices)
-            stack.extend(expr_children(x))
-    return found, allocated
+    collect_accesses(s, stores, loads, allocated)
+    opaque = any(b.name == "?" for b in stores)  # collect_accesses' mark of such a statement
+    for ld in loads:
+        stores.setdefault(ld.buffer, []).append(ld.indices)
+    return stores, allocated, opaque
 
 
 def _row_loops(loop: Stmt, min_trips: int) -> list[For]:
