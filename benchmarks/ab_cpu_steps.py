@@ -269,7 +269,7 @@ def programs():
         every = ("k_unroll", "borders", "narrow_rows", "whole_tiles", "whole_packs",
                  "share_indices", "outer_loops", "inner_rows",
                  "column_blocks", "aligned_heap", "backend_unroll", "backend_digits",
-                 "from_zero", "split", "shared_dots")
+                 "from_zero", "split", "shared_dots", "contract", "batch_rows")
         yield f"{name} fwd", [Y], fins, steps + every
         yield f"{name} grad", grads, gins, steps + every
     x = tc.placeholder((256, 784), name="x")
