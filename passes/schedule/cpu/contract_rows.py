@@ -36,9 +36,9 @@ from dataclasses import replace
 
 from tecomp import expr as E
 from tecomp.dtypes import to_numpy
-from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt, Store
-from tecomp.stmt_functor import StmtMutator, expr_children, rebuild_expr
+from tecomp.loopir import Allocate, Buffer, BufferLoad, For, LoweredFunc, Seq, Stmt
 
+from .row_groups import Redirect
 from .schedule import collect_accesses, trip_count
 
 #: contract the row temporaries of fused row loops (an A/B switch)
@@ -63,6 +63,7 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
     items = list(body.stmts) if isinstance(body, Seq) else [body]
     kept: list[Buffer] = []
     seen = [_accesses(s) for s in items]
+    plans: dict[int, tuple[list[For], dict[Buffer, tuple[Buffer, list[int]]]]] = {}
     for buf in allocs:
         users = [n for n, (found, _, opaque) in enumerate(seen) if buf in found or opaque]
         chain, dims = [], []
@@ -71,12 +72,14 @@ def contract_rows(func: LoweredFunc, *, min_trips: int = 64) -> LoweredFunc:
         if not chain or not _small_row(buf, dims):
             kept.append(buf)
             continue
-        n = users[0]
+        row = replace(buf, shape=tuple(x for k, x in enumerate(buf.shape) if k not in dims))
+        plans.setdefault(users[0], (chain, {}))[1][buf] = (row, dims)
+    if not plans:
+        return func
+    for n, (chain, rows) in plans.items():  # each loop rewritten once, for all its rows
         loop = items[n]
         assert isinstance(loop, For)
-        items[n] = _contract(loop, chain, buf, dims)
-    if len(kept) == len(allocs):
-        return func
+        items[n] = _contract(loop, chain, rows)
     out: Stmt = items[0] if len(items) == 1 else Seq(tuple(items))
     for b in reversed(kept):
         out = Allocate(b, out)
@@ -143,40 +146,31 @@ def _small_row(buf: Buffer, dims: list[int]) -> bool:
     return size <= ROW_BYTES
 
 
-def _contract(loop: For, chain: list[For], buf: Buffer, dims: list[int]) -> For:
-    """``loop`` with ``buf`` allocated inside the innermost loop of ``chain``, without its
-    dimensions ``dims``."""
-    row = replace(buf, shape=tuple(x for k, x in enumerate(buf.shape) if k not in dims))
-    rows = _Rows(buf, row, dims)
+def _contract(loop: For, chain: list[For], rows: dict[Buffer, tuple[Buffer, list[int]]]
+              ) -> For:
+    """``loop`` with each buffer of ``rows`` replaced by its row (without the dimensions
+    given beside it), allocated inside the innermost loop of ``chain``."""
     inner = chain[-1]
-    inner = replace(inner, body=Allocate(row, rows.visit(inner.body)))
+    body = _Rows(rows).visit(inner.body)
+    for row, _ in rows.values():
+        body = Allocate(row, body)
+    inner = replace(inner, body=body)
     return inner if len(chain) == 1 else replace(loop, body=inner)
 
 
-class _Rows(StmtMutator):
-    """Accesses of ``old`` become accesses of ``new`` without the indices at ``dims``."""
+class _Rows(Redirect):
+    """Accesses of each buffer of ``rows`` become accesses of its row, without the indices at
+    the row loops' positions (indices that read a contracted buffer rewritten first)."""
 
-    def __init__(self, old: Buffer, new: Buffer, dims: list[int]) -> None:
-        self.old, self.new, self.dims = old, new, dims
-        self.memo: dict[int, E.Expr] = {}
+    def __init__(self, rows: dict[Buffer, tuple[Buffer, list[int]]]) -> None:
+        super().__init__()
+        self.rows = rows
 
-    def visit_Store(self, s: Store) -> Stmt:
-        s2 = super().visit_Store(s)
-        assert isinstance(s2, Store)
-        if s2.buffer != self.old:
-            return s2
-        return replace(s2, buffer=self.new, indices=_drop(s2.indices, self.dims))
-
-    def mutate_expr(self, e: E.Expr) -> E.Expr:
-        key = id(e)
-        if key not in self.memo:
-            kids = expr_children(e)
-            new = tuple(self.mutate_expr(x) for x in kids)
-            out = e if all(a is b for a, b in zip(new, kids)) else rebuild_expr(e, new)
-            if isinstance(out, BufferLoad) and out.buffer == self.old:
-                out = BufferLoad(self.new, _drop(out.indices, self.dims), out.dtype)
-            self.memo[key] = out
-        return self.memo[key]
+    def index(self, buf: Buffer, idx: tuple[E.Expr, ...]) -> tuple[Buffer, tuple[E.Expr, ...]]:
+        new = tuple(self.mutate_expr(x) for x in idx)
+        idx = idx if all(a is b for a, b in zip(new, idx)) else new
+        found = self.rows.get(buf)
+        return (buf, idx) if found is None else (found[0], _drop(idx, found[1]))
 
 
 def _drop(idx: tuple[E.Expr, ...], dims: list[int]) -> tuple[E.Expr, ...]:
