@@ -115,15 +115,27 @@ def _candidate(s: For, min_trips: int) -> bool:
 
 def _merge(a: For, b: For) -> For | None:
     """``a`` and ``b`` as one loop over ``a``'s variable, or None when not provably legal."""
-    body_b = b.body
-    if b.var != a.var:
-        if a.var.name in bound_names(b.body):
-            return None  # renaming would capture an inner loop of b
-        body_b = subst(b.body, {b.var: a.var})
-    parts = [*(a.body.stmts if isinstance(a.body, Seq) else (a.body,)),
-             *(body_b.stmts if isinstance(body_b, Seq) else (body_b,))]
-    fused = For(a.var, a.lo, a.hi, Seq(tuple(parts)), kind="parallel")
+    body_b = _body_as(b, a.var)
+    if body_b is None:
+        return None
+    fused = For(a.var, a.lo, a.hi, _joined(a.body, body_b), kind="parallel")
     return fused if _row_local(fused) else None
+
+
+def _body_as(b: For, var: E.Var) -> Stmt | None:
+    """``b``'s body with its variable renamed ``var``, or None when the renaming would capture
+    a loop inside it."""
+    if b.var == var:
+        return b.body
+    if var.name in bound_names(b.body):
+        return None
+    return subst(b.body, {b.var: var})
+
+
+def _joined(first: Stmt, then: Stmt) -> Seq:
+    """The statements of ``first``, then those of ``then``, as one sequence."""
+    return Seq((*(first.stmts if isinstance(first, Seq) else (first,)),
+                *(then.stmts if isinstance(then, Seq) else (then,))))
 
 
 #: rows of a batch fused as well: two loops of a short parallel loop (fewer than ``min_trips``
@@ -148,25 +160,14 @@ def _merge_nests(a: For, b: For) -> For | None:
     """``a`` and ``b`` (each a short parallel loop around a loop over rows) as one such nest
     over ``a``'s variables, or None when not provably legal: each level must keep to its own
     slice (:func:`_row_local`)."""
-    ai = a.body
+    ai, bi = a.body, _body_as(b, a.var)
     assert isinstance(ai, For)
-    body_b: Stmt = b.body
-    if b.var != a.var:
-        if a.var.name in bound_names(body_b):
-            return None
-        body_b = subst(body_b, {b.var: a.var})
-    bi = body_b
-    assert isinstance(bi, For)
-    inner_b = bi.body
-    if bi.var != ai.var:
-        if ai.var.name in bound_names(inner_b):
-            return None
-        inner_b = subst(inner_b, {bi.var: ai.var})
-    if (bi.lo, bi.hi) != (ai.lo, ai.hi):
+    if not isinstance(bi, For) or (bi.lo, bi.hi) != (ai.lo, ai.hi):
         return None
-    parts = [*(ai.body.stmts if isinstance(ai.body, Seq) else (ai.body,)),
-             *(inner_b.stmts if isinstance(inner_b, Seq) else (inner_b,))]
-    inner = replace(ai, body=Seq(tuple(parts)))
+    inner_b = _body_as(bi, ai.var)
+    if inner_b is None:
+        return None
+    inner = replace(ai, body=_joined(ai.body, inner_b))
     fused = replace(a, body=inner)
     return fused if _row_local(fused) and _row_local(inner) else None
 
