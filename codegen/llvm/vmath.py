@@ -18,7 +18,8 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   overflow become inf and results in the subnormal range are rounded once.  Where the code is
   for AVX-512 (:func:`for_host`), the scaling is ``llvm.ldexp(exp(r), n)``, which LLVM makes
   one ``vscalefps``/``vscalefpd`` (the same single rounding; on AVX2 it would be a C library
-  call per element): 8 vector operations of about 30 fewer (``LDEXP``; ``python -m
+  call per element): 8 of about 30 vector operations become 2, the exponent's conversion back
+  to float and the scaling (``LDEXP``; ``python -m
   benchmarks.ab_cpu_steps --only ldexp``, one core: softmax 1.10-1.19x, softmax
   cross-entropy 1.15-1.17x faster).  ``x`` is clamped
   to at most 89 (float) or 710 (double), beyond the overflow threshold, and below -104
