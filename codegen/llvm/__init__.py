@@ -185,11 +185,11 @@ def compile_function(func: LoweredFunc, *, cache: CompileCache | None = KERNELS,
         # fewer bodies than compiling threads: split large bodies so that none stays idle
         split = splitting.SPLIT_BODIES and sink is not None and \
             splitting.parallel_loops(emitted) < describe().cores
-        with LOCK, vmath.for_host((host or describe()).features):
+        target_host = host or describe()
+        with LOCK, vmath.for_host(target_host.features):
             try:
                 module = emit_module(emitted, threads=threads, sink=sink,
-                                     stream=streaming(host or describe()), stats=stats,
-                                     split=split)
+                                     stream=streaming(target_host), stats=stats, split=split)
             except TecompError:
                 if sink is not None:
                     sink.cancel()
