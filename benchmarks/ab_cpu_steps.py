@@ -108,6 +108,9 @@
   batch of rows too).
 * ``ldexp``: ``exp``'s scaling by ``2^n`` one ``llvm.ldexp`` (``vscalef``) on AVX-512 hosts
   (``codegen.llvm.vmath.LDEXP``; off: two multiplications by powers of two from the bits).
+* ``erf_compact``: float ``erf`` in the form with the fewest constants
+  (``codegen.llvm.vmath.ERF_COMPACT``; off: the previous form, whose 27 constants left a
+  GELU's loop short of vector registers on AVX-512).
 * ``hand_inward``: a parallel loop of one iteration (a batch of one) hands its mark to the
   loop inside before the blocking passes (``schedule.HAND_INWARD``; off: it waits for the
   final collapse, by when the blocked nest below it has become one thread's). Only on more
@@ -223,6 +226,7 @@ def _off() -> dict[str, Callable[[], Callable[[], None]]]:
         "batch_rows": patch([(fuse_loops, "BATCH_ROWS", False)]),
         "shared_dots": patch([(dot, "SHARED_ONLY", False)]),
         "ldexp": patch([(vmath, "LDEXP", False)]),
+        "erf_compact": patch([(vmath, "ERF_COMPACT", False)]),
     }
 
 
@@ -354,7 +358,13 @@ def programs():
             [G], steps + ("unrolled_adjoint", "keep_adjoints")
     X = tc.placeholder((2048, 2048), name="X")
     for form, gelu in (("erf", gelu_erf_tc), ("tanh", gelu_tc)):
-        yield f"GELU ({form}) 2048x2048 fwd", [gelu(X)], [X], ("one_plus",)
+        steps = ("one_plus", "erf_compact") if form == "erf" else ("one_plus",)
+        yield f"GELU ({form}) 2048x2048 fwd", [gelu(X)], [X], steps
+    HG = tc.placeholder((2048, 2048), name="HG")
+    yield "GELU (erf) 2048x2048 grad", list(tc.gradient(gelu_erf_tc(X), [X], head=HG)), \
+        [X, HG], ("erf_compact",)
+    yield "erf 2048x2048", [tc.compute((2048, 2048), lambda i, j: tc.erf(X[i, j]), name="Y")], \
+        [X], ("erf_compact",)
     X = tc.placeholder((4096, 4096), name="X")
     k = tc.reduce_axis(4096, name="k")
     Y = tc.compute((4096,), lambda i: tc.sum(X[i, k], axis=k), name="Y")

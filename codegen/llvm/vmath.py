@@ -43,13 +43,20 @@ Algorithms (the classic ones of Cody & Waite, "Software Manual for the Elementar
   computer scientist should know about floating-point arithmetic", 1991, Theorem 4).
 
 * ``erf(x)``: for ``|x| < 0.921875``, ``x + x*R(x^2)`` with ``R`` a polynomial fit of
-  ``erf(x)/x - 1`` in ``x^2`` (degree 6 for float, 11 for double; the leading ``x`` is exact,
-  so tiny and subnormal inputs come out as ``x * 2/sqrt(pi)`` rounded once).  Beyond, ``u``
-  maps ``|x|`` linearly onto [-1, 1] up to ``top`` (3.9375 for float, 6 for double), past
-  which ``erf`` rounds to ``+-1``.  Float: ``sign(x) * P(min(u, 1))`` with ``P`` a degree-14
-  fit of ``erf`` itself (no ``exp``: GELU's erf form costs about what its tanh form does;
-  ``P(1)`` evaluates to 1 exactly, so the clamp is the saturation, one constant and one
-  select fewer in the loop than a test against ``top``).  Double:
+  ``erf(x)/x - 1`` in ``x^2`` (degree 5 for float, 11 for double; the leading ``x`` is exact,
+  so tiny and subnormal inputs come out as ``x * 2/sqrt(pi)`` rounded once).  Beyond, up to
+  ``top`` (3.9375 for float, 6 for double), past which ``erf`` rounds to ``+-1``, a fit in a
+  variable centred on the interval.  Float: ``sign(x) * P(min(v, half))`` with ``v = |x| -
+  mid`` (``mid`` and ``half`` the interval's centre and half-width) and ``P`` a degree-14 fit
+  of ``erf`` itself (no ``exp``: GELU's erf form costs about what its tanh form does;
+  ``P(half)`` evaluates to 1 exactly, so the clamp is the saturation), and the split tested
+  on the sign bit of ``v + half``: the loop holds 24 constants (the two polynomials'
+  21 coefficients, ``mid``, ``half`` and the sign mask), which leaves room in AVX-512's 32
+  vector registers for a GELU's own two and its temporaries.  The previous form
+  (:data:`ERF_COMPACT` off: ``u`` mapped onto [-1, 1], a degree-6 ``R``, the split tested
+  against a constant) had 27, and LLVM's register allocator answered GELU's 29 with spills
+  and a rotation of twenty register copies every iteration (65 instructions a vector of
+  sixteen, 43 now; ``python -m benchmarks.ab_cpu_steps --only erf_compact``).  Double:
   ``sign(x) * (1 - exp(Q(u) - x^2))`` with ``Q`` a degree-24 fit of ``log(erfc(x)) + x^2``
   (about ``-log(x sqrt(pi))``: small and smooth); ``x^2`` enters as ``hi + lo`` (``lo =
   fma(x, x, -hi)``, taken as the factor ``1 - lo``), so its rounding does not reach the
@@ -62,8 +69,8 @@ Measured accuracy against the exact result (``np.longdouble`` reference;
 which match NumPy's): maximum error below 1 ulp for exp and log (0.9), below 3 ulp for tanh
 (2.8: two roundings in ``e / (e + 2)``) and sigmoid (2.3, where ``1 + exp(-x)`` is finite;
 beyond, the formula gives 0, as NumPy's) and softplus (2.3), below 2 ulp for erf in float
-(1.55 over 2.6 million points, 1.3 over the test's; where ``u``'s rounding meets the slope of
-``erf`` near the split) and 1.5 in double (1.1;
+(1.65 over every float from 2^-126 to 6, 1.59 in the previous form; where the rounding of
+``v`` meets the slope of ``erf`` near the split) and 1.5 in double (1.1;
 reference: mpmath, SciPy's double ``erf`` for float inputs).  float16
 is computed in float.
 """
@@ -201,6 +208,12 @@ def _exp(f: _B, x: ir.Value) -> ir.Value:
 LDEXP = True
 
 
+#: float ``erf`` in the form that needs the fewest constants (24 vector registers on
+#: AVX-512: a GELU's loop fits the 32 with its own two, see the module docstring; an A/B
+#: switch): off, the previous form (27; the GELU loop spilled and shuffled registers)
+ERF_COMPACT = True
+
+
 #: the features of the host the code being emitted is for (:func:`for_host`); None: this one
 _target: dict[str, str | None] = {"features": None}
 
@@ -299,6 +312,15 @@ def _softplus(f: _B, x: ir.Value) -> ir.Value:
 _ERF_SPLIT = 0.921875
 _ERF_F32 = dict(
     top=3.9375,
+    small=[0.12837915083041535, -0.37612500896193646, 0.11281882319397829,
+           -0.026768756699813972, 0.004996020122247473, -0.000600408115592106],
+    tail=[0.9994098403982254, 0.003080588556417008, -0.007485138651914424,
+          0.011099267038878095, -0.010986546572196136, 0.007339633827232514,
+          -0.0030220300404570103, 0.0003669824569097371, 0.0004367072530733083,
+          -0.0003246748191918672, 6.944768142533379e-05, 3.2370546357929205e-05,
+          -1.8338304501321974e-05, -5.775557425532373e-07, 1.2459225745010218e-06])
+#: the previous float form (:data:`ERF_COMPACT` off): ``u`` on [-1, 1], a degree-6 ``R``
+_ERF_F32_WIDE = dict(
     small=[0.12837916667316984, -0.3761263402817225, 0.11283699425717714,
            -0.02685959231070588, 0.005201466868966306, -0.0008147202092613495,
            8.387591045708916e-05],
@@ -333,26 +355,35 @@ def _exp_bounded(f: _B, x: ir.Value) -> ir.Value:
 
 def _erf(f: _B, x: ir.Value) -> ir.Value:
     k, b = f.k, f.b
-    cf = _ERF_F64 if k.double else _ERF_F32
-    top = cf["top"]
+    cf = _ERF_F64 if k.double else _ERF_F32 if ERF_COMPACT else _ERF_F32_WIDE
+    top = _ERF_F64["top"] if k.double else _ERF_F32["top"]
     mid, half = (top + _ERF_SPLIT) / 2, (top - _ERF_SPLIT) / 2
     ax = T.intrinsic(b, "fabs", [x])
     # |x| < split (and NaN, which propagates): x + x*R(x^2)
     small = f.fma(x, f.horner(f.mul(x, x), cf["small"]), x)
-    # split <= |x| <= top, with u = (|x| - mid) / half in [-1, 1]
-    u = f.fma(ax, k.c(1.0 / half), k.c(-mid / half))
-    if k.double:  # 1 - exp(Q(u) - x^2), x^2 = x2 + x2lo exactly
-        x2 = f.mul(ax, ax)
-        x2lo = f.fma(ax, ax, b.fneg(x2))
-        e = _exp_bounded(f, f.sub(f.horner(u, cf["tail"]), x2))
-        big = f.sub(k.c(1.0), f.mul(e, f.sub(k.c(1.0), x2lo)))
-        # beyond top erf rounds to 1 (and u leaves the fitted range)
-        big = f.sel(f.gt(ax, k.c(top)), k.c(1.0), big)
-    else:  # erf itself, a polynomial in u, which stops at 1 (top), where P is 1 exactly
-        one = k.c(1.0)
-        big = f.horner(f.sel(f.gt(u, one), one, u), cf["tail"])
-    big = T.intrinsic(b, "copysign", [big, x])
-    return f.sel(b.fcmp_unordered("<", ax, k.c(_ERF_SPLIT)), small, big)
+    if k.double or not ERF_COMPACT:  # u = (|x| - mid) / half in [-1, 1] from split to top
+        u = f.fma(ax, k.c(1.0 / half), k.c(-mid / half))
+        if k.double:  # 1 - exp(Q(u) - x^2), x^2 = x2 + x2lo exactly
+            x2 = f.mul(ax, ax)
+            x2lo = f.fma(ax, ax, b.fneg(x2))
+            e = _exp_bounded(f, f.sub(f.horner(u, cf["tail"]), x2))
+            big = f.sub(k.c(1.0), f.mul(e, f.sub(k.c(1.0), x2lo)))
+            # beyond top erf rounds to 1 (and u leaves the fitted range)
+            big = f.sel(f.gt(ax, k.c(top)), k.c(1.0), big)
+        else:  # P(1) is 1 exactly: the clamp is the saturation
+            one = k.c(1.0)
+            big = f.horner(f.sel(f.gt(u, one), one, u), cf["tail"])
+        big = T.intrinsic(b, "copysign", [big, x])
+        return f.sel(b.fcmp_unordered("<", ax, k.c(_ERF_SPLIT)), small, big)
+    # float: erf itself, a polynomial in v = |x| - mid (in [-half, half] from split to top),
+    # which stops at half (top), where P is 1 exactly; |x| < split is v + half < 0, tested
+    # on its sign bit, so that mid and half are the only constants besides the polynomials'
+    # (see the module docstring); NaN takes the tail, which gives NaN
+    v = f.sub(ax, k.c(mid))
+    lim = k.c(half)
+    big = f.horner(f.sel(f.gt(v, lim), lim, v), cf["tail"])
+    below = b.icmp_signed("<", b.bitcast(f.add(v, lim), k.it), k.i(0))
+    return T.intrinsic(b, "copysign", [f.sel(below, small, big), x])
 
 
 _RULES: dict[str, Callable[[_B, ir.Value], ir.Value]] = {

@@ -213,3 +213,45 @@ def test_exp_either_scaling(monkeypatch, store, ldexp: bool, dtype: str) -> None
     finally:
         KERNELS.clear()
         parts.BODIES.clear()
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_erf_either_float_form(monkeypatch, store, compact: bool) -> None:
+    """float ``erf`` in either form (``vmath.ERF_COMPACT``: the one with the fewest constants,
+    or the previous one): within the bound on both sides of the split and past saturation,
+    the sign of zero, infinities and NaN; GELU, whose loop the compact form was made for,
+    against float64."""
+    from tecomp.codegen.cache import KERNELS
+    from tecomp.codegen.llvm import parts, vmath
+
+    monkeypatch.setattr(vmath, "ERF_COMPACT", compact)  # ``store``: a fresh persistent cache
+    KERNELS.clear()
+    parts.BODIES.clear()  # bodies are keyed by their loops, which the switch does not change
+    try:
+        n = tc.var("n")
+        X = tc.placeholder((n,), name="X")
+        k = tc.build(tc.compute((n,), lambda i: tc.erf(X[i]), name="Y"), [X])
+        c = 1.0 / np.sqrt(2.0)
+        g = tc.build(tc.compute((n,), lambda i: 0.5 * X[i] * (1.0 + tc.erf(X[i] * c)),
+                                name="G"), [X])
+        rng = np.random.default_rng(5)
+        x = np.concatenate([rng.uniform(-7, 7, 20000), rng.uniform(0.9, 0.95, 5000),
+                            rng.uniform(-0.95, -0.9, 5000), rng.uniform(3.9, 4.0, 5000),
+                            rng.uniform(-1e-3, 1e-3, 500),
+                            np.finfo(np.float32).smallest_subnormal * rng.integers(-99, 99, 100),
+                            [0.921875, -0.921875, 3.9375, np.nextafter(0.921875, 0)]]
+                           ).astype(np.float32)
+        got = k(x)
+        assert np.all(np.abs(got) <= 1)
+        assert erf_ulp_error(got, x, "float32").max() <= ERF_MAX_ULP["float32"]
+        special = k(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30], np.float32))
+        assert np.array_equal(special, [0.0, -0.0, 1.0, -1.0, np.nan, 1.0, -1.0], equal_nan=True)
+        assert np.array_equal(np.signbit(special[:2]), [False, True])
+        from scipy.special import erf
+
+        x64 = x.astype(np.float64)
+        want = 0.5 * x64 * (1.0 + erf(x64 * c))
+        assert np.abs(g(x) - want).max() <= 4e-7 * max(1.0, np.abs(want).max())
+    finally:
+        KERNELS.clear()
+        parts.BODIES.clear()
