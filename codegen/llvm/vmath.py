@@ -378,7 +378,7 @@ def _erf(f: _B, x: ir.Value) -> ir.Value:
     # float: erf itself, a polynomial in v = |x| - mid (in [-half, half] from split to top),
     # which stops at half (top), where P is 1 exactly; |x| < split is v + half < 0, tested
     # on its sign bit, so that mid and half are the only constants besides the polynomials'
-    # (see the module docstring); NaN takes the tail, which gives NaN
+    # (see the module docstring); NaN gives NaN whichever branch its sign bit picks
     v = f.sub(ax, k.c(mid))
     lim = k.c(half)
     big = f.horner(f.sel(f.gt(v, lim), lim, v), cf["tail"])
