@@ -321,6 +321,7 @@ _ERF_F32 = dict(
           -1.8338304501321974e-05, -5.775557425532373e-07, 1.2459225745010218e-06])
 #: the previous float form (:data:`ERF_COMPACT` off): ``u`` on [-1, 1], a degree-6 ``R``
 _ERF_F32_WIDE = dict(
+    top=_ERF_F32["top"],
     small=[0.12837916667316984, -0.3761263402817225, 0.11283699425717714,
            -0.02685959231070588, 0.005201466868966306, -0.0008147202092613495,
            8.387591045708916e-05],
@@ -356,7 +357,7 @@ def _exp_bounded(f: _B, x: ir.Value) -> ir.Value:
 def _erf(f: _B, x: ir.Value) -> ir.Value:
     k, b = f.k, f.b
     cf = _ERF_F64 if k.double else _ERF_F32 if ERF_COMPACT else _ERF_F32_WIDE
-    top = _ERF_F64["top"] if k.double else _ERF_F32["top"]
+    top = cf["top"]
     mid, half = (top + _ERF_SPLIT) / 2, (top - _ERF_SPLIT) / 2
     ax = T.intrinsic(b, "fabs", [x])
     # |x| < split (and NaN, which propagates): x + x*R(x^2)
